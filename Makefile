@@ -1,0 +1,64 @@
+# make run   build and serve examples/demo on http://127.0.0.1:9292
+# make test  build, then run the Rust and Ruby test suites
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+# rustup installs here and does not always put it on PATH for non-login shells.
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
+                ruby-rack-test puma wrk apache2-utils curl
+
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
+NATIVE_SO := lib/tsubame/tsubame_native.so
+
+RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
+
+.PHONY: deps build run test bench gem
+
+# Installs only what is missing, so a second run does nothing. apt is run
+# at most once (one update, one install) and never asks questions.
+deps:
+	@missing=""; \
+	for pkg in $(APT_PACKAGES); do \
+	  dpkg -s "$$pkg" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  sudo=""; \
+	  if [ "$$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi; \
+	  echo "deps: installing$$missing"; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing </dev/null; \
+	fi
+	@command -v cargo >/dev/null || { \
+	  echo "deps: cargo not found on PATH or in $(HOME)/.cargo/bin; install Rust with rustup (https://rustup.rs)" >&2; \
+	  exit 1; }
+
+# cargo is incremental, so it is always asked; the copy only happens when
+# the library changed. Copy-then-rename so a running server that has the
+# old library mapped is not corrupted.
+build: deps
+	cargo build --release -p tsubame_native
+	@if [ ! -e $(NATIVE_SO) ] || [ $(CARGO_SO) -nt $(NATIVE_SO) ]; then \
+	  cp $(CARGO_SO) $(NATIVE_SO).tmp && mv -f $(NATIVE_SO).tmp $(NATIVE_SO); \
+	  echo "build: updated $(NATIVE_SO)"; \
+	fi
+
+run: deps build
+	exe/tsubame -b tcp://127.0.0.1:9292 examples/demo/config.ru
+
+# Both suites run even if the first fails, so one run reports everything;
+# the exit status is still non-zero if either failed.
+test: deps build
+	@status=0; \
+	cargo test -p tsubame-engine --release || status=1; \
+	$(RUBY_TESTS) || status=1; \
+	exit $$status
+
+bench: deps build
+	benchmarks/hello.sh
+
+gem:
+	gem build tsubame.gemspec

@@ -1,0 +1,237 @@
+//! Turning `tcp://` and `unix://` bind URIs into listening sockets.
+
+use crate::error::BindError;
+use socket2::{Domain, Socket, Type};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindTarget {
+    Tcp { host: String, port: u16 },
+    Unix(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindSpec {
+    pub uri: String,
+    pub target: BindTarget,
+    pub backlog: Option<u32>,
+}
+
+/// A bound, listening socket plus what the Rack env needs to know about it.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+#[derive(Debug)]
+pub struct Bound {
+    pub listener: Listener,
+    /// The address actually bound (port 0 resolved), as a URI.
+    pub address: String,
+    pub server_name: String,
+    pub server_port: u16,
+}
+
+impl BindSpec {
+    pub fn parse(uri: &str) -> Result<BindSpec, BindError> {
+        let invalid = |reason: &str| BindError::Invalid {
+            uri: uri.to_string(),
+            reason: reason.to_string(),
+        };
+        let (scheme, rest) = uri
+            .split_once("://")
+            .ok_or_else(|| invalid("expected tcp://HOST:PORT or unix://PATH"))?;
+        let (location, query) = match rest.split_once('?') {
+            Some((l, q)) => (l, Some(q)),
+            None => (rest, None),
+        };
+        let mut backlog = None;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "backlog" => {
+                    backlog = Some(value.parse::<u32>().map_err(|_| invalid("backlog must be a whole number"))?)
+                }
+                // Puma accepts these on tcp binds; they change nothing here.
+                "low_latency" | "reuse_port" => {}
+                _ => return Err(invalid(&format!("unknown bind parameter '{key}'"))),
+            }
+        }
+        let target = match scheme {
+            "tcp" | "http" => {
+                let (host, port) = split_host_port(location).ok_or_else(|| invalid("expected HOST:PORT"))?;
+                BindTarget::Tcp { host, port }
+            }
+            "unix" => {
+                if location.is_empty() {
+                    return Err(invalid("unix bind needs a path"));
+                }
+                BindTarget::Unix(PathBuf::from(location))
+            }
+            "ssl" => return Err(invalid("ssl:// binds are not supported yet")),
+            other => return Err(invalid(&format!("unsupported scheme '{other}'"))),
+        };
+        Ok(BindSpec {
+            uri: uri.to_string(),
+            target,
+            backlog,
+        })
+    }
+
+    /// Binds and listens. A host that resolves to several addresses (such as
+    /// `localhost`) is bound on each, as Puma does.
+    pub fn bind(&self, default_backlog: u32) -> Result<Vec<Bound>, BindError> {
+        let backlog = self.backlog.unwrap_or(default_backlog) as i32;
+        let io_err = |source| BindError::Io {
+            uri: self.uri.clone(),
+            source,
+        };
+        match &self.target {
+            BindTarget::Tcp { host, port } => {
+                let addrs: Vec<SocketAddr> = (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(io_err)?
+                    .collect();
+                if addrs.is_empty() {
+                    return Err(BindError::Invalid {
+                        uri: self.uri.clone(),
+                        reason: "host resolves to no address".into(),
+                    });
+                }
+                let mut bound = Vec::with_capacity(addrs.len());
+                for addr in addrs {
+                    let listener = bind_tcp(addr, backlog).map_err(io_err)?;
+                    let local = listener.local_addr().map_err(io_err)?;
+                    bound.push(Bound {
+                        address: format!("tcp://{}", format_addr(&local)),
+                        server_name: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+                        server_port: local.port(),
+                        listener: Listener::Tcp(listener),
+                    });
+                }
+                Ok(bound)
+            }
+            BindTarget::Unix(path) => {
+                remove_stale_socket(path).map_err(io_err)?;
+                let listener = bind_unix(path, backlog).map_err(io_err)?;
+                Ok(vec![Bound {
+                    address: format!("unix://{}", path.display()),
+                    server_name: "localhost".into(),
+                    server_port: 0,
+                    listener: Listener::Unix(listener, path.clone()),
+                }])
+            }
+        }
+    }
+}
+
+fn split_host_port(location: &str) -> Option<(String, u16)> {
+    if let Some(rest) = location.strip_prefix('[') {
+        let (host, port) = rest.split_once("]:")?;
+        return Some((host.to_string(), port.parse().ok()?));
+    }
+    let (host, port) = location.rsplit_once(':')?;
+    if host.is_empty() || host.contains(':') {
+        return None;
+    }
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+fn format_addr(addr: &SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(a) => a.to_string(),
+        SocketAddr::V6(a) => format!("[{}]:{}", a.ip(), a.port()),
+    }
+}
+
+fn bind_tcp(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        // Lets `[::]` and `0.0.0.0` be bound side by side on the same port.
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+fn bind_unix(path: &PathBuf, backlog: i32) -> std::io::Result<UnixListener> {
+    let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+    socket.bind(&socket2::SockAddr::unix(path)?)?;
+    socket.listen(backlog)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
+/// A socket file left by a crashed server would make bind fail with
+/// EADDRINUSE; a regular file at that path is the operator's and is kept.
+fn remove_stale_socket(path: &PathBuf) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    "another server is listening on this socket",
+                ));
+            }
+            std::fs::remove_file(path)
+        }
+        Ok(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "path exists and is not a socket",
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tcp_ipv4_ipv6_and_unix() {
+        let spec = BindSpec::parse("tcp://127.0.0.1:9292").unwrap();
+        assert_eq!(spec.target, BindTarget::Tcp { host: "127.0.0.1".into(), port: 9292 });
+        let spec = BindSpec::parse("tcp://[::1]:80?backlog=64").unwrap();
+        assert_eq!(spec.target, BindTarget::Tcp { host: "::1".into(), port: 80 });
+        assert_eq!(spec.backlog, Some(64));
+        let spec = BindSpec::parse("unix:///tmp/t.sock").unwrap();
+        assert_eq!(spec.target, BindTarget::Unix("/tmp/t.sock".into()));
+    }
+
+    #[test]
+    fn rejects_bad_uris_with_the_uri_in_the_message() {
+        for uri in ["localhost:80", "tcp://host", "tcp://h:notaport", "ftp://x:1", "tcp://h:1?bogus=1", "unix://"] {
+            let err = BindSpec::parse(uri).unwrap_err().to_string();
+            assert!(err.starts_with(uri), "{err}");
+        }
+    }
+
+    #[test]
+    fn binds_port_zero_and_reports_the_real_port() {
+        let bound = BindSpec::parse("tcp://127.0.0.1:0").unwrap().bind(16).unwrap();
+        assert_eq!(bound.len(), 1);
+        assert_ne!(bound[0].server_port, 0);
+        assert!(bound[0].address.starts_with("tcp://127.0.0.1:"));
+    }
+
+    #[test]
+    fn unix_bind_replaces_stale_socket_but_not_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        drop(UnixListener::bind(&path).unwrap());
+        let uri = format!("unix://{}", path.display());
+        assert!(BindSpec::parse(&uri).unwrap().bind(16).is_ok());
+        let file = dir.path().join("plain");
+        std::fs::write(&file, b"x").unwrap();
+        let err = BindSpec::parse(&format!("unix://{}", file.display())).unwrap().bind(16);
+        assert!(err.is_err());
+    }
+}

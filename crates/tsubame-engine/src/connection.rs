@@ -1,0 +1,393 @@
+//! One task per client connection: read a whole request, queue it, wait for
+//! the application's reply, write it, repeat while keep-alive holds.
+//! No Ruby runs here and nothing here waits on the GVL.
+
+use crate::body::{Body, BodySink};
+use crate::chunked::{ChunkedDecoder, Decoded};
+use crate::error::HttpError;
+use crate::job::{ConnInfo, Job};
+use crate::log::{self, AccessEntry};
+use crate::parse::{parse_head, Framing, RequestHead};
+use crate::reply::{Reply, StreamFraming, StreamMsg};
+use crate::response::error_response;
+use crate::server::Shared;
+use crate::stats::Stats;
+use bytes::{Bytes, BytesMut};
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::time::{timeout, timeout_at};
+
+const READ_CHUNK: usize = 16 * 1024;
+const FILE_CHUNK: usize = 64 * 1024;
+
+/// A client socket the engine can serve and, on `rack.hijack`, give away.
+pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
+}
+
+impl ClientIo for tokio::net::TcpStream {
+    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
+        let std = self.into_std()?;
+        // Ruby's IO expects to manage blocking itself; hand it a plain socket.
+        std.set_nonblocking(false)?;
+        Ok(std.into())
+    }
+}
+
+impl ClientIo for tokio::net::UnixStream {
+    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
+        let std = self.into_std()?;
+        std.set_nonblocking(false)?;
+        Ok(std.into())
+    }
+}
+
+enum ReadError {
+    Http(HttpError),
+    Io,
+}
+
+impl From<HttpError> for ReadError {
+    fn from(e: HttpError) -> Self {
+        ReadError::Http(e)
+    }
+}
+
+enum Written {
+    KeepAlive(bool),
+    Failed,
+}
+
+pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>) {
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut served: u64 = 0;
+    loop {
+        let head = match read_head(&mut io, &mut buf, &shared, served).await {
+            Ok(Some(head)) => head,
+            Ok(None) | Err(ReadError::Io) => return,
+            Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
+        };
+        served += 1;
+        let received_at = Instant::now();
+        if head.expect_continue && head.framing != Framing::None && buf.is_empty() {
+            if io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+                return;
+            }
+        }
+        let body = match read_body(&mut io, &mut buf, &head, &shared).await {
+            Ok(body) => body,
+            Err(ReadError::Io) => return,
+            Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
+        };
+        Stats::bump(&shared.stats.requests_total);
+        let log_line = shared
+            .opts
+            .log_requests
+            .then(|| (head.method.clone(), head.target.clone(), head.version.as_str()));
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let job = Job {
+            keep_alive: head.keep_alive && !shared.is_stopping(),
+            head,
+            body,
+            conn: conn.clone(),
+            reply: reply_tx,
+            received_at,
+        };
+        if shared.queue.push(job).is_err() {
+            return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await;
+        }
+        let reply = match reply_rx.await {
+            Ok(reply) => reply,
+            Err(_) => {
+                log::error("an application thread dropped a request without answering it");
+                return refuse(&mut io, &shared, &conn, HttpError::Internal("no response from the application")).await;
+            }
+        };
+        let status = reply_status(&reply);
+        let (written, body_bytes) = match reply {
+            Reply::Hijack { socket } => {
+                let _ = socket.send(io.into_owned_fd());
+                return;
+            }
+            other => write_reply(&mut io, other, &shared).await,
+        };
+        if let Some((method, target, version)) = log_line {
+            log::access(&AccessEntry {
+                peer: &conn.peer_addr,
+                method: &method,
+                target: &target,
+                version,
+                status,
+                body_bytes,
+                elapsed: received_at.elapsed(),
+            });
+        }
+        match written {
+            Written::KeepAlive(true) if !shared.is_stopping() => continue,
+            Written::KeepAlive(_) => {
+                let _ = io.shutdown().await;
+                return;
+            }
+            Written::Failed => {
+                Stats::bump(&shared.stats.client_disconnects);
+                return;
+            }
+        }
+    }
+}
+
+fn reply_status(reply: &Reply) -> u16 {
+    match reply {
+        Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
+        Reply::Hijack { .. } => 101,
+    }
+}
+
+/// Answers a request the engine will not pass on, then closes: after a
+/// framing error nothing later on the connection can be trusted.
+async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error: HttpError) {
+    Stats::bump(&shared.stats.rejected_total);
+    if shared.opts.log_requests {
+        log::warn(&format!("{} refused: {}", conn.peer_addr, error));
+    }
+    let bytes = error_response(error.status(), error.detail());
+    let _ = timeout(shared.opts.body_timeout, io.write_all(&bytes)).await;
+    let _ = io.shutdown().await;
+}
+
+/// Reads until a whole head is parsed. `Ok(None)` is a clean end: the client
+/// closed, stayed idle past the keep-alive timeout, or the server is
+/// stopping while the connection sat between requests.
+async fn read_head<T: ClientIo>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    shared: &Shared,
+    served: u64,
+) -> Result<Option<RequestHead>, ReadError> {
+    let idle_timeout = if served == 0 {
+        shared.opts.first_data_timeout
+    } else {
+        shared.opts.persistent_timeout
+    };
+    let mut head_deadline = None;
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = parse_head(buf, &shared.limits)? {
+                return Ok(Some(head));
+            }
+        }
+        buf.reserve(READ_CHUNK);
+        if buf.is_empty() {
+            // Between requests: the only place a draining server may close
+            // a connection without cutting a request short.
+            let stop = shared.stop_notify.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
+            if shared.is_stopping() {
+                return Ok(None);
+            }
+            tokio::select! {
+                biased;
+                read = timeout(idle_timeout, io.read_buf(buf)) => match read {
+                    Ok(Ok(0)) | Err(_) => return Ok(None),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(_)) => return Err(ReadError::Io),
+                },
+                _ = &mut stop => return Ok(None),
+            }
+        } else {
+            // The whole head must arrive within first_data_timeout of its
+            // first byte, so dribbling a byte at a time buys nothing.
+            let deadline =
+                *head_deadline.get_or_insert_with(|| tokio::time::Instant::now() + shared.opts.first_data_timeout);
+            match timeout_at(deadline, io.read_buf(buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Err(ReadError::Io),
+                Ok(Ok(_)) => {}
+                Err(_) => return Err(ReadError::Http(HttpError::RequestTimeout)),
+            }
+        }
+    }
+}
+
+async fn read_more<T: ClientIo>(io: &mut T, buf: &mut BytesMut, shared: &Shared) -> Result<(), ReadError> {
+    buf.reserve(READ_CHUNK);
+    match timeout(shared.opts.body_timeout, io.read_buf(buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => Err(ReadError::Io),
+        Ok(Ok(_)) => Ok(()),
+        Err(_) => Err(ReadError::Http(HttpError::RequestTimeout)),
+    }
+}
+
+async fn read_body<T: ClientIo>(
+    io: &mut T,
+    buf: &mut BytesMut,
+    head: &RequestHead,
+    shared: &Shared,
+) -> Result<Body, ReadError> {
+    let limit = shared.opts.max_body_size;
+    match head.framing {
+        Framing::None | Framing::Length(0) => Ok(Body::Empty),
+        Framing::Length(len) => {
+            if limit.is_some_and(|l| len > l) {
+                return Err(HttpError::PayloadTooLarge.into());
+            }
+            if len <= shared.opts.spool_threshold {
+                // The common small body: wait until it is all buffered, then
+                // cut it out without a copy.
+                while (buf.len() as u64) < len {
+                    read_more(io, buf, shared).await?;
+                }
+                return Ok(Body::Memory(buf.split_to(len as usize).freeze()));
+            }
+            let mut sink = BodySink::new(Some(len), shared.opts.spool_threshold, limit)?;
+            let mut remaining = len;
+            loop {
+                let take = remaining.min(buf.len() as u64) as usize;
+                if take > 0 {
+                    sink.push(&buf.split_to(take))?;
+                    remaining -= take as u64;
+                }
+                if remaining == 0 {
+                    return Ok(sink.finish()?);
+                }
+                read_more(io, buf, shared).await?;
+            }
+        }
+        Framing::Chunked => {
+            let mut sink = BodySink::new(None, shared.opts.spool_threshold, limit)?;
+            let mut decoder = ChunkedDecoder::new(shared.opts.max_header_size);
+            loop {
+                match decoder.decode(buf)? {
+                    Decoded::Data(data) => sink.push(&data)?,
+                    Decoded::Done => return Ok(sink.finish()?),
+                    Decoded::NeedMore => read_more(io, buf, shared).await?,
+                }
+            }
+        }
+    }
+}
+
+/// Writes a reply; returns whether the connection may be reused and how
+/// many body bytes went out.
+async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> (Written, u64) {
+    let write_timeout = shared.opts.body_timeout;
+    match reply {
+        Reply::Full { data, body_len, close, .. } => match timeout(write_timeout, io.write_all(&data)).await {
+            Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
+            _ => (Written::Failed, 0),
+        },
+        Reply::File { head, file, len, close, .. } => write_file(io, head, file, len, close, shared).await,
+        Reply::Stream {
+            head,
+            chunks,
+            framing,
+            close,
+            ..
+        } => write_stream(io, head, chunks, framing, close, shared).await,
+        Reply::Hijack { .. } => (Written::Failed, 0),
+    }
+}
+
+async fn write_file<T: ClientIo>(
+    io: &mut T,
+    head: Bytes,
+    mut file: std::fs::File,
+    len: u64,
+    close: bool,
+    shared: &Shared,
+) -> (Written, u64) {
+    let write_timeout = shared.opts.body_timeout;
+    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+        return (Written::Failed, 0);
+    }
+    let mut sent: u64 = 0;
+    let mut chunk = vec![0u8; FILE_CHUNK];
+    while sent < len {
+        let want = (len - sent).min(FILE_CHUNK as u64) as usize;
+        // Served files are read through the page cache; a blocking-pool hop
+        // per 64 KiB would cost more than the read.
+        let n = match file.read(&mut chunk[..want]) {
+            Ok(0) | Err(_) => {
+                log::error("file body ended before its length; closing the connection");
+                return (Written::Failed, sent);
+            }
+            Ok(n) => n,
+        };
+        if !matches!(timeout(write_timeout, io.write_all(&chunk[..n])).await, Ok(Ok(()))) {
+            return (Written::Failed, sent);
+        }
+        sent += n as u64;
+    }
+    (Written::KeepAlive(!close), sent)
+}
+
+async fn write_stream<T: ClientIo>(
+    io: &mut T,
+    head: Bytes,
+    mut chunks: crate::stream_channel::StreamReceiver,
+    framing: StreamFraming,
+    close: bool,
+    shared: &Shared,
+) -> (Written, u64) {
+    let write_timeout = shared.opts.body_timeout;
+    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+        return (Written::Failed, 0);
+    }
+    let mut sent: u64 = 0;
+    let mut frame = Vec::with_capacity(32);
+    loop {
+        match chunks.recv().await {
+            Some(StreamMsg::Data(data)) => {
+                if data.is_empty() {
+                    continue;
+                }
+                let result = match framing {
+                    StreamFraming::Chunked => {
+                        frame.clear();
+                        frame.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                        timeout(write_timeout, async {
+                            io.write_all(&frame).await?;
+                            io.write_all(&data).await?;
+                            io.write_all(b"\r\n").await
+                        })
+                        .await
+                    }
+                    StreamFraming::Raw { declared_len } => {
+                        // Never send more than was declared: the extra bytes
+                        // would be read as the start of the next response.
+                        let allowed = declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
+                        timeout(write_timeout, io.write_all(&data[..allowed as usize])).await
+                    }
+                };
+                if !matches!(result, Ok(Ok(()))) {
+                    return (Written::Failed, sent);
+                }
+                sent += data.len() as u64;
+            }
+            Some(StreamMsg::End) => {
+                return match framing {
+                    StreamFraming::Chunked => match timeout(write_timeout, io.write_all(b"0\r\n\r\n")).await {
+                        Ok(Ok(())) => (Written::KeepAlive(!close), sent),
+                        _ => (Written::Failed, sent),
+                    },
+                    StreamFraming::Raw { declared_len } => {
+                        let complete = declared_len.is_none_or(|l| l == sent);
+                        if !complete {
+                            log::error("streamed body length differs from its content-length; closing the connection");
+                        }
+                        (Written::KeepAlive(!close && complete && declared_len.is_some()), sent)
+                    }
+                };
+            }
+            None => {
+                // The body raised or was abandoned: cut the response short so
+                // the client sees an incomplete body rather than a whole one.
+                return (Written::KeepAlive(false), sent);
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+use std::fmt;
+
+/// A bind URI that cannot be used, with the URI in every message so the
+/// operator sees which of several binds failed.
+#[derive(Debug)]
+pub enum BindError {
+    Invalid { uri: String, reason: String },
+    Io { uri: String, source: std::io::Error },
+}
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindError::Invalid { uri, reason } => write!(f, "{uri}: {reason}"),
+            BindError::Io { uri, source } => write!(f, "{uri}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+/// A request the engine answers itself, never reaching the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpError {
+    BadRequest(&'static str),
+    RequestTimeout,
+    PayloadTooLarge,
+    UriTooLong,
+    HeadersTooLarge,
+    NotImplemented(&'static str),
+    VersionNotSupported,
+    ExpectationFailed,
+    Internal(&'static str),
+}
+
+impl HttpError {
+    pub fn status(self) -> u16 {
+        match self {
+            HttpError::BadRequest(_) => 400,
+            HttpError::RequestTimeout => 408,
+            HttpError::PayloadTooLarge => 413,
+            HttpError::UriTooLong => 414,
+            HttpError::ExpectationFailed => 417,
+            HttpError::HeadersTooLarge => 431,
+            HttpError::Internal(_) => 500,
+            HttpError::NotImplemented(_) => 501,
+            HttpError::VersionNotSupported => 505,
+        }
+    }
+
+    /// Short reason logged and sent as the body, so a client author can tell
+    /// which rule the request broke.
+    pub fn detail(self) -> &'static str {
+        match self {
+            HttpError::BadRequest(why) | HttpError::NotImplemented(why) | HttpError::Internal(why) => why,
+            HttpError::RequestTimeout => "request not received in time",
+            HttpError::PayloadTooLarge => "request body is larger than the configured limit",
+            HttpError::UriTooLong => "request target is too long",
+            HttpError::HeadersTooLarge => "request header block is too large",
+            HttpError::VersionNotSupported => "HTTP version not supported",
+            HttpError::ExpectationFailed => "unsupported Expect value",
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.status(), self.detail())
+    }
+}
+
+impl std::error::Error for HttpError {}

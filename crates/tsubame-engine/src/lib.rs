@@ -1,0 +1,29 @@
+//! Tsubame's HTTP engine. Everything here runs without Ruby: binding
+//! listeners, reading and validating whole requests, queueing them for the
+//! application threads, and writing the replies those threads hand back.
+//! The Ruby binding (`ext/tsubame_native`) is the only consumer of the
+//! queue in production; the tests in this crate play the application.
+
+pub mod bind;
+pub mod body;
+pub mod chunked;
+pub mod connection;
+pub mod date;
+pub mod error;
+pub mod job;
+pub mod log;
+pub mod options;
+pub mod parse;
+pub mod queue;
+pub mod reply;
+pub mod response;
+pub mod server;
+pub mod stats;
+pub mod stream_channel;
+
+pub use error::{BindError, HttpError};
+pub use job::{ConnInfo, Job};
+pub use options::EngineOptions;
+pub use queue::{JobQueue, Pop};
+pub use reply::{Reply, StreamMsg};
+pub use server::Engine;

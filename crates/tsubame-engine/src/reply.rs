@@ -1,0 +1,44 @@
+use bytes::Bytes;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use crate::stream_channel::StreamReceiver;
+
+/// What an application thread hands back to the connection that owns the
+/// request. Heads are already serialized (see `response.rs`), so the
+/// connection task only writes bytes.
+#[derive(Debug)]
+pub enum Reply {
+    /// Head and body in one buffer: one write.
+    Full { status: u16, data: Bytes, body_len: u64, close: bool },
+    /// The head, then chunks as the application produces them.
+    Stream {
+        status: u16,
+        head: Bytes,
+        chunks: StreamReceiver,
+        framing: StreamFraming,
+        close: bool,
+    },
+    /// The head, then `len` bytes of an open file, read by the engine.
+    File { status: u16, head: Bytes, file: File, len: u64, close: bool },
+    /// The application takes the socket (`rack.hijack`): the engine hands
+    /// over the descriptor and forgets the connection.
+    Hijack { socket: std::sync::mpsc::SyncSender<std::io::Result<OwnedFd>> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFraming {
+    /// The engine chunk-encodes.
+    Chunked,
+    /// Bytes go out as given: the application declared a length, framed the
+    /// body itself, or the connection closes at the end.
+    Raw { declared_len: Option<u64> },
+}
+
+#[derive(Debug)]
+pub enum StreamMsg {
+    Data(Bytes),
+    /// The body finished normally. A sender dropped without sending this
+    /// means the body failed, and the connection is cut short so the client
+    /// cannot mistake a partial body for a whole one.
+    End,
+}

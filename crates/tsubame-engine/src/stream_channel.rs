@@ -1,0 +1,197 @@
+//! The channel a streamed body flows through: an application thread
+//! (blocking, GVL released while it waits) on one end, the connection task
+//! (async) on the other. Bounded by bytes, so a slow client slows the body
+//! down instead of letting it pile up in memory, and a waiting sender can be
+//! interrupted, which tokio's blocking send cannot.
+
+use crate::reply::StreamMsg;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+struct State {
+    queue: VecDeque<StreamMsg>,
+    queued_bytes: usize,
+    sender_gone: bool,
+    receiver_gone: bool,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    space: Condvar,
+    data: Notify,
+    limit: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves State consistent; ignore poisoning.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub struct StreamSender(Arc<Shared>);
+pub struct StreamReceiver(Arc<Shared>);
+
+impl std::fmt::Debug for StreamReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamReceiver")
+    }
+}
+
+#[derive(Debug)]
+pub enum SendError {
+    /// The connection is gone (client disconnected or write failed).
+    Closed,
+    /// The caller's interrupt flag was raised while waiting for room.
+    Interrupted(StreamMsg),
+}
+
+/// `limit` is how many body bytes may wait unsent before senders block.
+pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            sender_gone: false,
+            receiver_gone: false,
+        }),
+        space: Condvar::new(),
+        data: Notify::new(),
+        limit,
+    });
+    (StreamSender(shared.clone()), StreamReceiver(shared))
+}
+
+fn msg_len(msg: &StreamMsg) -> usize {
+    match msg {
+        StreamMsg::Data(b) => b.len(),
+        StreamMsg::End => 0,
+    }
+}
+
+impl StreamSender {
+    /// Sends, blocking while the channel is over its limit.
+    pub fn send(&self, msg: StreamMsg, interrupted: &AtomicBool) -> Result<(), SendError> {
+        let mut state = self.0.lock();
+        loop {
+            if state.receiver_gone {
+                return Err(SendError::Closed);
+            }
+            if state.queued_bytes < self.0.limit {
+                break;
+            }
+            if interrupted.load(Ordering::Acquire) {
+                return Err(SendError::Interrupted(msg));
+            }
+            state = self.0.space.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.queued_bytes += msg_len(&msg);
+        state.queue.push_back(msg);
+        drop(state);
+        self.0.data.notify_one();
+        Ok(())
+    }
+
+    /// Would `send` go through without waiting?
+    pub fn has_room(&self) -> bool {
+        let state = self.0.lock();
+        state.receiver_gone || state.queued_bytes < self.0.limit
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.lock().receiver_gone
+    }
+
+    /// Wakes a sender blocked in `send` so it can look at its flag.
+    pub fn wake(&self) {
+        drop(self.0.lock());
+        self.0.space.notify_all();
+    }
+}
+
+impl Drop for StreamSender {
+    fn drop(&mut self) {
+        self.0.lock().sender_gone = true;
+        self.0.data.notify_one();
+    }
+}
+
+impl StreamReceiver {
+    /// The next message, or `None` once the sender is dropped and drained.
+    pub async fn recv(&mut self) -> Option<StreamMsg> {
+        loop {
+            {
+                let mut state = self.0.lock();
+                if let Some(msg) = state.queue.pop_front() {
+                    state.queued_bytes -= msg_len(&msg);
+                    drop(state);
+                    self.0.space.notify_all();
+                    return Some(msg);
+                }
+                if state.sender_gone {
+                    return None;
+                }
+            }
+            // notify_one leaves a permit when nobody waits, so a send
+            // between the unlock above and this await is not missed.
+            self.0.data.notified().await;
+        }
+    }
+}
+
+impl Drop for StreamReceiver {
+    fn drop(&mut self) {
+        self.0.lock().receiver_gone = true;
+        self.0.space.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn delivers_in_order_and_applies_backpressure() {
+        let (tx, mut rx) = stream_channel(10);
+        let producer = std::thread::spawn(move || {
+            let flag = AtomicBool::new(false);
+            for i in 0..100u8 {
+                tx.send(StreamMsg::Data(Bytes::from(vec![i; 4])), &flag).unwrap();
+            }
+            tx.send(StreamMsg::End, &flag).unwrap();
+        });
+        let mut got = Vec::new();
+        while let Some(msg) = rx.recv().await {
+            match msg {
+                StreamMsg::Data(b) => got.extend_from_slice(&b),
+                StreamMsg::End => break,
+            }
+        }
+        producer.join().unwrap();
+        assert_eq!(got.len(), 400);
+        assert!(got.chunks(4).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    }
+
+    #[test]
+    fn sender_learns_the_receiver_is_gone() {
+        let (tx, rx) = stream_channel(1);
+        drop(rx);
+        let flag = AtomicBool::new(false);
+        assert!(matches!(tx.send(StreamMsg::End, &flag), Err(SendError::Closed)));
+    }
+
+    #[test]
+    fn a_blocked_sender_can_be_interrupted() {
+        let (tx, _rx) = stream_channel(1);
+        let flag = AtomicBool::new(false);
+        tx.send(StreamMsg::Data(Bytes::from_static(b"xx")), &flag).unwrap();
+        flag.store(true, Ordering::Release);
+        assert!(matches!(
+            tx.send(StreamMsg::Data(Bytes::from_static(b"y")), &flag),
+            Err(SendError::Interrupted(_))
+        ));
+    }
+}

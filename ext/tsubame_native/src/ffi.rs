@@ -1,0 +1,109 @@
+//! The only place Tsubame calls Ruby's C API directly: releasing the GVL
+//! around a blocking wait, borrowing the bytes of Ruby strings, and the
+//! two hash operations on the per-request hot path.
+
+use magnus::{Error, RArray, RHash, RString, Value};
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+struct Call<F, R> {
+    func: Option<F>,
+    result: Option<std::thread::Result<R>>,
+}
+
+extern "C" fn run_call<F: FnOnce() -> R, R>(data: *mut c_void) -> *mut c_void {
+    // SAFETY: `data` is the `&mut Call<F, R>` that `without_gvl` passed to
+    // rb_thread_call_without_gvl, alive for the whole call and touched by no
+    // one else meanwhile.
+    let call = unsafe { &mut *(data as *mut Call<F, R>) };
+    if let Some(func) = call.func.take() {
+        // A panic must not unwind into Ruby's C frames.
+        call.result = Some(catch_unwind(AssertUnwindSafe(func)));
+    }
+    std::ptr::null_mut()
+}
+
+extern "C" fn run_unblock<U: Fn()>(data: *mut c_void) {
+    // SAFETY: `data` is the `&U` that `without_gvl` passed along; Ruby only
+    // calls the unblock function while the blocking call is in progress, so
+    // the reference is live.
+    let unblock = unsafe { &*(data as *const U) };
+    let _ = catch_unwind(AssertUnwindSafe(unblock));
+}
+
+/// Runs `func` with the GVL released. `unblock` is what Ruby calls (from
+/// another thread) when it needs this thread back, for a signal,
+/// `Thread#raise` or `Thread#kill`: it must make `func` return soon.
+///
+/// `func` must not touch any Ruby object. Returns `func`'s result, if it
+/// ran to completion, and any exception Ruby raised on the way back in: a
+/// pending interrupt can raise after `func` returned, so a caller holding a
+/// result it must not lose (a queued request) gets it back either way.
+pub fn without_gvl<F, R, U>(func: F, unblock: U) -> (Option<R>, Result<(), Error>)
+where
+    F: FnOnce() -> R,
+    U: Fn(),
+{
+    let mut call = Call { func: Some(func), result: None };
+    let call_ptr = &mut call as *mut Call<F, R> as *mut c_void;
+    let unblock_ptr = &unblock as *const U as *mut c_void;
+    // rb_thread_call_without_gvl checks interrupts after re-taking the GVL,
+    // and may longjmp out; rb_protect (inside `protect`) turns that into an
+    // Err here instead of unwinding through Rust frames.
+    let protected = magnus::rb_sys::protect(|| {
+        // SAFETY: both function pointers match the C signatures Ruby
+        // expects, and both data pointers outlive the call (see above).
+        unsafe {
+            rb_sys::rb_thread_call_without_gvl(
+                Some(run_call::<F, R>),
+                call_ptr,
+                Some(run_unblock::<U>),
+                unblock_ptr,
+            );
+        }
+        rb_sys::Qnil as rb_sys::VALUE
+    });
+    let result = match call.result {
+        Some(Ok(value)) => Some(value),
+        Some(Err(panic)) => std::panic::resume_unwind(panic),
+        None => None,
+    };
+    (result, protected.map(|_| ()))
+}
+
+/// Calls `f` with the bytes of a Ruby string.
+pub fn with_bytes<T>(s: RString, f: impl FnOnce(&[u8]) -> T) -> T {
+    // SAFETY: the slice is used only inside `f`, which cannot reach Ruby
+    // (it gets no Ruby handle), so the string can be neither mutated nor
+    // collected while borrowed; `s` itself is on the stack, so the GC sees it.
+    f(unsafe { s.as_slice() })
+}
+
+/// Calls `f` with the elements of a Ruby array.
+pub fn with_elements<T>(a: RArray, f: impl FnOnce(&[Value]) -> T) -> T {
+    // SAFETY: as for `with_bytes`; callers pass closures that read element
+    // values but call no Ruby method that could resize the array.
+    f(unsafe { a.as_slice() })
+}
+
+/// `Hash#dup` without a method dispatch: copies the base env's table.
+pub fn hash_dup(ruby: &magnus::Ruby, hash: RHash) -> Result<RHash, Error> {
+    use magnus::rb_sys::{AsRawValue, FromRawValue};
+    // SAFETY: rb_hash_dup takes a Hash VALUE (`hash` is a live RHash on the
+    // stack) and returns a new Hash; the GVL is held, as in any Ruby method.
+    let copy = unsafe { Value::from_raw(rb_sys::rb_hash_dup(hash.as_raw())) };
+    RHash::from_value(copy).ok_or_else(|| Error::new(ruby.exception_type_error(), "base env is not a Hash"))
+}
+
+/// `env[key] = value` without `rb_protect`: on the env hot path the ~20
+/// protected calls a request would cost add up.
+pub fn hash_set(hash: RHash, key: RString, value: Value) {
+    use magnus::rb_sys::AsRawValue;
+    // SAFETY: rb_hash_aset raises only for a frozen hash or a key whose
+    // #hash raises. Callers pass an env they just created (never frozen)
+    // and frozen String keys (hashed in C, no method call), so no Ruby
+    // exception can longjmp through this frame. GVL held: Ruby method.
+    unsafe {
+        rb_sys::rb_hash_aset(hash.as_raw(), key.as_raw(), value.as_raw());
+    }
+}

@@ -1,0 +1,51 @@
+//! The Ruby binding: thin wrappers that move requests between the engine
+//! (crates/tsubame-engine) and Ruby threads. All `unsafe` lives in `ffi`.
+
+mod errors;
+mod ffi;
+mod input;
+mod rack_env;
+mod request;
+mod server;
+mod stream;
+
+use magnus::{function, method, prelude::*, Error, Ruby};
+
+#[magnus::init]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    errors::init(ruby)?;
+    rack_env::init(ruby);
+    let native = ruby.define_module("Tsubame")?.define_module("Native")?;
+
+    let server = native.define_class("Server", ruby.class_object())?;
+    server.define_singleton_method("new", function!(server::Server::new, 1))?;
+    server.define_method("addresses", method!(server::Server::addresses, 0))?;
+    server.define_method("start", method!(server::Server::start, 0))?;
+    server.define_method("stop", method!(server::Server::stop, 0))?;
+    server.define_method("next_request", method!(server::Server::next_request, 0))?;
+    server.define_method("wait", method!(server::Server::wait, 0))?;
+    server.define_method("stats", method!(server::Server::stats, 0))?;
+    server.define_method("backlog", method!(server::Server::backlog, 0))?;
+
+    let request = native.define_class("Request", ruby.class_object())?;
+    request.define_method("env", method!(request::Request::env, 1))?;
+    request.define_method("respond", method!(request::Request::respond, 3))?;
+    request.define_method("call", method!(request::Request::call, 0))?;
+    request.define_method("hijacked?", method!(request::Request::is_hijacked, 0))?;
+    request.define_method("answered?", method!(request::Request::is_answered, 0))?;
+
+    let stream = native.define_class("Stream", ruby.class_object())?;
+    stream.define_method("write", method!(stream::Stream::write, 1))?;
+    stream.define_method("close", method!(stream::Stream::close, 0))?;
+    stream.define_method("abort", method!(stream::Stream::abort, 0))?;
+    stream.define_method("closed?", method!(stream::Stream::is_closed, 0))?;
+
+    let input = native.define_class("Input", ruby.class_object())?;
+    input.define_method("read", method!(input::Input::read, -1))?;
+    input.define_method("gets", method!(input::Input::gets, 0))?;
+    input.define_method("each", method!(input::Input::each, 0))?;
+    input.define_method("rewind", method!(input::Input::rewind, 0))?;
+    input.define_method("size", method!(input::Input::size, 0))?;
+    input.define_method("close", method!(input::Input::close, 0))?;
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! Building the Rack env for a request. Keys and the common values are
+//! frozen, interned Ruby strings made once, so a request allocates only the
+//! strings that are really its own.
+
+use crate::ffi::{hash_dup, hash_set};
+use magnus::value::{Opaque, ReprValue};
+use magnus::{gc, Error, RHash, RString, Ruby, Value};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Mutex, OnceLock};
+use tsubame_engine::parse::{Framing, Version};
+use tsubame_engine::Job;
+
+/// Frozen, interned, permanently marked strings.
+pub struct Keys {
+    request_method: Opaque<RString>,
+    path_info: Opaque<RString>,
+    query_string: Opaque<RString>,
+    server_name: Opaque<RString>,
+    server_port: Opaque<RString>,
+    server_protocol: Opaque<RString>,
+    http_version: Opaque<RString>,
+    request_uri: Opaque<RString>,
+    request_path: Opaque<RString>,
+    remote_addr: Opaque<RString>,
+    content_type: Opaque<RString>,
+    content_length: Opaque<RString>,
+    pub rack_input: Opaque<RString>,
+    pub rack_hijack: Opaque<RString>,
+    pub rack_hijack_io: Opaque<RString>,
+    rack_response_finished: Opaque<RString>,
+    rack_after_reply: Opaque<RString>,
+    http11: Opaque<RString>,
+    http10: Opaque<RString>,
+    empty: Opaque<RString>,
+    methods: Vec<(&'static [u8], Opaque<RString>)>,
+}
+
+static KEYS: OnceLock<Keys> = OnceLock::new();
+
+fn permanent(ruby: &Ruby, bytes: &[u8]) -> Opaque<RString> {
+    let s = ruby.str_from_slice(bytes).to_interned_str();
+    gc::register_mark_object(s);
+    Opaque::from(s)
+}
+
+pub fn init(ruby: &Ruby) {
+    let k = |s: &str| permanent(ruby, s.as_bytes());
+    let methods = [
+        "GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
+    ]
+    .iter()
+    .map(|m| (m.as_bytes(), k(m)))
+    .collect();
+    let _ = KEYS.set(Keys {
+        request_method: k("REQUEST_METHOD"),
+        path_info: k("PATH_INFO"),
+        query_string: k("QUERY_STRING"),
+        server_name: k("SERVER_NAME"),
+        server_port: k("SERVER_PORT"),
+        server_protocol: k("SERVER_PROTOCOL"),
+        http_version: k("HTTP_VERSION"),
+        request_uri: k("REQUEST_URI"),
+        request_path: k("REQUEST_PATH"),
+        remote_addr: k("REMOTE_ADDR"),
+        content_type: k("CONTENT_TYPE"),
+        content_length: k("CONTENT_LENGTH"),
+        rack_input: k("rack.input"),
+        rack_hijack: k("rack.hijack"),
+        rack_hijack_io: k("rack.hijack_io"),
+        rack_response_finished: k("rack.response_finished"),
+        rack_after_reply: k("rack.after_reply"),
+        http11: k("HTTP/1.1"),
+        http10: k("HTTP/1.0"),
+        empty: k(""),
+        methods,
+    });
+    let mut cache = header_cache();
+    for name in COMMON_HEADERS {
+        cache.insert(name.as_bytes().into(), permanent(ruby, &cgi_name(name.as_bytes())));
+    }
+}
+
+/// `init` runs when the extension loads, so this fails only if Rust code
+/// were called before Ruby loaded the extension.
+pub fn keys(ruby: &Ruby) -> Result<&'static Keys, Error> {
+    KEYS.get().ok_or_else(|| Error::new(ruby.exception_runtime_error(), "tsubame_native is not initialised"))
+}
+
+const COMMON_HEADERS: &[&str] = &[
+    "host", "user-agent", "accept", "accept-encoding", "accept-language", "connection", "cookie",
+    "referer", "origin", "cache-control", "pragma", "upgrade-insecure-requests", "x-forwarded-for",
+    "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "x-real-ip", "x-request-id",
+    "authorization", "if-none-match", "if-modified-since", "sec-fetch-site", "sec-fetch-mode",
+    "sec-fetch-dest", "sec-fetch-user", "sec-ch-ua", "sec-ch-ua-mobile", "sec-ch-ua-platform", "dnt",
+    "x-requested-with", "x-csrf-token", "keep-alive", "te", "expect", "range", "if-range", "via",
+    "forwarded", "transfer-encoding",
+];
+
+/// Interned names are never freed, so the cache stops growing here: a
+/// client sending endless distinct header names cannot grow memory.
+const HEADER_CACHE_LIMIT: usize = 512;
+
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf29ce484222325 } else { self.0 };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        self.0 = h;
+    }
+}
+
+type HeaderCache = HashMap<Box<[u8]>, Opaque<RString>, BuildHasherDefault<Fnv>>;
+
+fn header_cache() -> std::sync::MutexGuard<'static, HeaderCache> {
+    static CACHE: OnceLock<Mutex<HeaderCache>> = OnceLock::new();
+    // Only ever locked with the GVL held, so it is never contended; a
+    // poisoned lock still holds a valid map.
+    CACHE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// `X-Forwarded-For` → `HTTP_X_FORWARDED_FOR`.
+fn cgi_name(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + 5);
+    out.extend_from_slice(b"HTTP_");
+    out.extend(name.iter().map(|&b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }));
+    out
+}
+
+fn header_key(ruby: &Ruby, cache: &mut HeaderCache, name: &[u8]) -> RString {
+    let mut lower = [0u8; 64];
+    if name.len() <= lower.len() {
+        let lower = &mut lower[..name.len()];
+        lower.copy_from_slice(name);
+        lower.make_ascii_lowercase();
+        if let Some(key) = cache.get(&*lower) {
+            return ruby.get_inner(*key);
+        }
+        if cache.len() < HEADER_CACHE_LIMIT {
+            let key = permanent(ruby, &cgi_name(lower));
+            cache.insert((&*lower).into(), key);
+            return ruby.get_inner(key);
+        }
+    }
+    let key = ruby.str_from_slice(&cgi_name(name));
+    key.freeze();
+    key
+}
+
+/// Splits `host[:port]` / `[v6]:port`.
+fn split_host(host: &[u8]) -> (&[u8], Option<&[u8]>) {
+    if host.first() == Some(&b'[') {
+        if let Some(end) = host.iter().position(|&b| b == b']') {
+            let port = host[end + 1..].strip_prefix(b":");
+            return (&host[..=end], port);
+        }
+        return (host, None);
+    }
+    match host.iter().rposition(|&b| b == b':') {
+        Some(colon) => (&host[..colon], Some(&host[colon + 1..])),
+        None => (host, None),
+    }
+}
+
+pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) -> Result<RHash, Error> {
+    let k = keys(ruby)?;
+    let env = hash_dup(ruby, base)?;
+    let set = |key: Opaque<RString>, value: Value| hash_set(env, ruby.get_inner(key), value);
+    let bytes = |b: &[u8]| ruby.str_from_slice(b).as_value();
+    let head = &job.head;
+
+    let method = k
+        .methods
+        .iter()
+        .find(|(name, _)| *name == &head.method[..])
+        .map(|(_, s)| ruby.get_inner(*s).as_value())
+        .unwrap_or_else(|| bytes(&head.method));
+    set(k.request_method, method);
+    set(k.path_info, bytes(&head.path));
+    set(k.request_path, bytes(&head.path));
+    set(k.request_uri, bytes(&head.target));
+    let query = if head.query.is_empty() { ruby.get_inner(k.empty).as_value() } else { bytes(&head.query) };
+    set(k.query_string, query);
+    let version = match head.version {
+        Version::Http11 => k.http11,
+        Version::Http10 => k.http10,
+    };
+    set(k.server_protocol, ruby.get_inner(version).as_value());
+    set(k.http_version, ruby.get_inner(version).as_value());
+    set(k.remote_addr, ruby.str_new(&job.conn.peer_addr).as_value());
+
+    let listener = &job.conn.listener;
+    match head.host.as_deref().map(split_host) {
+        Some((name, port)) => {
+            set(k.server_name, bytes(name));
+            let port = match port {
+                Some(p) if !p.is_empty() => bytes(p),
+                _ => ruby.str_new(if listener.url_scheme == "https" { "443" } else { "80" }).as_value(),
+            };
+            set(k.server_port, port);
+        }
+        None => {
+            set(k.server_name, ruby.str_new(&listener.server_name).as_value());
+            set(k.server_port, ruby.str_new(&listener.server_port.to_string()).as_value());
+        }
+    }
+
+    set_headers(ruby, env, job)?;
+    if head.framing == Framing::Chunked {
+        // The body was de-chunked; the app sees its real length instead.
+        set(k.content_length, ruby.str_new(&job.body.len().to_string()).as_value());
+    }
+
+    set(k.rack_input, input);
+    set(k.rack_hijack, request);
+    let finished = ruby.ary_new();
+    set(k.rack_response_finished, finished.as_value());
+    set(k.rack_after_reply, finished.as_value());
+    Ok(env)
+}
+
+/// Repeated headers are joined (`cookie` with "; ", others with ", ").
+/// A name with `_` is dropped when a `-` spelling of it is present, so a
+/// client cannot override `X-Forwarded-For` by sending `X_Forwarded_For`.
+fn set_headers(ruby: &Ruby, env: RHash, job: &Job) -> Result<(), Error> {
+    let k = keys(ruby)?;
+    let headers = &job.head.headers;
+    let chunked = job.head.framing == Framing::Chunked;
+    let mut cache = header_cache();
+    let mut joined: Vec<u8> = Vec::new();
+    for (i, (name, value)) in headers.iter().enumerate() {
+        if headers[..i].iter().any(|(earlier, _)| earlier.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        if name.contains(&b'_') && headers.iter().any(|(other, _)| same_cgi_name(other, name) && !other.contains(&b'_')) {
+            continue;
+        }
+        let key = if name.eq_ignore_ascii_case(b"content-type") {
+            ruby.get_inner(k.content_type)
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            ruby.get_inner(k.content_length)
+        } else if chunked && name.eq_ignore_ascii_case(b"transfer-encoding") {
+            continue;
+        } else {
+            header_key(ruby, &mut cache, name)
+        };
+        let mut repeats = headers[i + 1..].iter().filter(|(later, _)| later.eq_ignore_ascii_case(name)).peekable();
+        let value = if repeats.peek().is_none() {
+            ruby.str_from_slice(value)
+        } else {
+            let separator: &[u8] = if name.eq_ignore_ascii_case(b"cookie") { b"; " } else { b", " };
+            joined.clear();
+            joined.extend_from_slice(value);
+            for (_, more) in repeats {
+                joined.extend_from_slice(separator);
+                joined.extend_from_slice(more);
+            }
+            ruby.str_from_slice(&joined)
+        };
+        hash_set(env, key, value.as_value());
+    }
+    Ok(())
+}
+
+fn same_cgi_name(a: &[u8], b: &[u8]) -> bool {
+    let norm = |c: u8| if c == b'-' { b'_' } else { c.to_ascii_lowercase() };
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| norm(x) == norm(y))
+}

@@ -1,0 +1,235 @@
+//! `Tsubame::Native::Request`: one request handed to a Ruby thread. Builds
+//! its env, takes the app's response, and implements `rack.hijack` (the
+//! object itself is the env's `rack.hijack` callable, so no Proc is
+//! allocated per request).
+
+use crate::ffi::{with_bytes, with_elements, without_gvl};
+use crate::input::Input;
+use crate::rack_env;
+use crate::stream::Stream;
+use bytes::Bytes;
+use magnus::value::{Opaque, ReprValue};
+use magnus::{gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RString, Ruby, Value};
+use std::cell::{Cell, RefCell};
+use std::os::fd::IntoRawFd;
+use tokio::sync::oneshot;
+use tsubame_engine::parse::RequestHead;
+use tsubame_engine::response::{status_has_no_body, FinishedHead, ResponseHead};
+use tsubame_engine::stream_channel::stream_channel;
+use tsubame_engine::{Job, Reply};
+
+/// Body bytes allowed to wait for a slow client before `write` blocks.
+const STREAM_BUFFER: usize = 256 * 1024;
+
+#[derive(magnus::TypedData)]
+#[magnus(class = "Tsubame::Native::Request", free_immediately, size, mark)]
+pub struct Request {
+    job: RefCell<Option<Job>>,
+    head: RequestHead,
+    keep_alive: bool,
+    reply: RefCell<Option<oneshot::Sender<Reply>>>,
+    env: Cell<Option<Opaque<RHash>>>,
+    hijacked: Cell<bool>,
+}
+
+impl DataTypeFunctions for Request {
+    fn mark(&self, marker: &Marker) {
+        if let Some(env) = self.env.get() {
+            marker.mark(env);
+        }
+    }
+}
+
+fn arg_error(ruby: &Ruby, message: String) -> Error {
+    Error::new(ruby.exception_arg_error(), message)
+}
+
+fn already_answered(ruby: &Ruby) -> Error {
+    Error::new(ruby.exception_runtime_error(), "response already sent for this request")
+}
+
+impl Request {
+    pub fn new(job: Job) -> Request {
+        Request {
+            head: job.head.clone(),
+            keep_alive: job.keep_alive,
+            job: RefCell::new(Some(job)),
+            reply: RefCell::new(None),
+            env: Cell::new(None),
+            hijacked: Cell::new(false),
+        }
+    }
+
+    /// Builds the env on top of `base` (the per-server constant keys).
+    pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
+        let Some(mut job) = rb_self.job.borrow_mut().take() else {
+            return Err(Error::new(ruby.exception_runtime_error(), "env already built for this request"));
+        };
+        let body = std::mem::replace(&mut job.body, tsubame_engine::body::Body::Empty);
+        let input = ruby.obj_wrap(Input::new(body)).as_value();
+        let env = rack_env::build(ruby, base, &job, input, rb_self.as_value())?;
+        rb_self.env.set(Some(env.into()));
+        *rb_self.reply.borrow_mut() = Some(job.reply);
+        Ok(env)
+    }
+
+    fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
+        let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
+        // A closed receiver means the engine already dropped the connection
+        // (a stop that timed out); nothing is left to tell.
+        let _ = sender.send(reply);
+        Ok(())
+    }
+
+    /// Sends the response if it can be sent whole (an Array body, a file
+    /// body, or no body at all) and returns true. Otherwise returns a
+    /// `Stream` the caller feeds the body into.
+    pub fn respond(ruby: &Ruby, rb_self: &Self, status: Value, headers: Value, body: Value) -> Result<Value, Error> {
+        let status = i64::try_convert(status).map_err(|_| arg_error(ruby, format!("response status must be an Integer, got {}", status.inspect())))?;
+        let mut head = ResponseHead::new(status).map_err(|e| arg_error(ruby, e.to_string()))?;
+        let hijack = add_headers(ruby, &mut head, headers)?;
+        let version = rb_self.head.version;
+        let is_head = rb_self.head.is_head();
+        let status = head.status();
+        if hijack {
+            let finished = head.finish_hijacked();
+            return Self::open_stream(ruby, rb_self, status, finished);
+        }
+        if is_head || status_has_no_body(status) {
+            let finished = head.finish_full(0, is_head, rb_self.keep_alive, version);
+            let close = !finished.keep_alive;
+            rb_self.send(ruby, Reply::Full { status, data: Bytes::from(finished.bytes), body_len: 0, close })?;
+            return Ok(ruby.qtrue().as_value());
+        }
+        if let Some(parts) = RArray::from_value(body) {
+            let mut total = 0usize;
+            with_elements(parts, |items| {
+                items.iter().try_for_each(|item| {
+                    let part = RString::from_value(*item)
+                        .ok_or_else(|| Error::new(ruby.exception_type_error(), "response body parts must be Strings"))?;
+                    total += part.len();
+                    Ok::<(), Error>(())
+                })
+            })?;
+            let mut finished = head.finish_full(total as u64, false, rb_self.keep_alive, version);
+            finished.bytes.reserve(total);
+            with_elements(parts, |items| {
+                for item in items {
+                    if let Some(part) = RString::from_value(*item) {
+                        with_bytes(part, |b| finished.bytes.extend_from_slice(b));
+                    }
+                }
+            });
+            let close = !finished.keep_alive;
+            rb_self.send(ruby, Reply::Full { status, data: Bytes::from(finished.bytes), body_len: total as u64, close })?;
+            return Ok(ruby.qtrue().as_value());
+        }
+        if body.respond_to("to_path", false)? {
+            let path: RString = body.funcall("to_path", ())?;
+            let path = path.to_string()?;
+            if let Ok(file) = std::fs::File::open(&path) {
+                if let Ok(meta) = file.metadata() {
+                    if meta.is_file() {
+                        let len = meta.len();
+                        let finished = head.finish_full(len, false, rb_self.keep_alive, version);
+                        let close = !finished.keep_alive;
+                        rb_self.send(ruby, Reply::File { status, head: Bytes::from(finished.bytes), file, len, close })?;
+                        return Ok(ruby.qtrue().as_value());
+                    }
+                }
+            }
+        }
+        let finished = head.finish_stream(false, rb_self.keep_alive, version);
+        Self::open_stream(ruby, rb_self, status, finished)
+    }
+
+    fn open_stream(ruby: &Ruby, rb_self: &Self, status: u16, finished: FinishedHead) -> Result<Value, Error> {
+        let (tx, rx) = stream_channel(STREAM_BUFFER);
+        let close = !finished.keep_alive;
+        rb_self.send(
+            ruby,
+            Reply::Stream {
+                status,
+                head: Bytes::from(finished.bytes),
+                chunks: rx,
+                framing: finished.framing,
+                close,
+            },
+        )?;
+        Ok(ruby.obj_wrap(Stream::new(tx)).as_value())
+    }
+
+    /// Full hijack (`env["rack.hijack"].call`): the engine gives up the
+    /// socket and the app owns it from here on.
+    pub fn call(ruby: &Ruby, rb_self: &Self) -> Result<Value, Error> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rb_self.send(ruby, Reply::Hijack { socket: tx })?;
+        // The connection task answers at once; nothing here can hang, so
+        // the unblock function has nothing to do.
+        let (received, raised) = without_gvl(move || rx.recv(), || {});
+        raised?;
+        let fd = match received {
+            Some(Ok(Ok(fd))) => fd,
+            Some(Ok(Err(e))) => return Err(Error::new(ruby.exception_io_error(), format!("hijack failed: {e}"))),
+            _ => return Err(Error::new(ruby.exception_io_error(), "hijack failed: connection already closed")),
+        };
+        let socket_class: Value = ruby.class_object().const_get("BasicSocket")?;
+        let io: Value = socket_class.funcall("for_fd", (fd.into_raw_fd(),))?;
+        rb_self.hijacked.set(true);
+        if let Some(env) = rb_self.env.get() {
+            let keys = rack_env::keys(ruby)?;
+            ruby.get_inner(env).aset(ruby.get_inner(keys.rack_hijack_io), io)?;
+        }
+        Ok(io)
+    }
+
+    pub fn is_hijacked(&self) -> bool {
+        self.hijacked.get()
+    }
+
+    /// True once a response (or hijack) has been handed to the engine.
+    pub fn is_answered(&self) -> bool {
+        self.reply.borrow().is_none() && self.job.borrow().is_none()
+    }
+}
+
+/// Copies the app's headers into `head`; returns whether they ask for a
+/// partial hijack (`rack.hijack`). Other `rack.` keys are server-private
+/// and never sent.
+fn add_headers(ruby: &Ruby, head: &mut ResponseHead, headers: Value) -> Result<bool, Error> {
+    let headers = RHash::from_value(headers).ok_or_else(|| {
+        Error::new(ruby.exception_type_error(), "response headers must be a Hash")
+    })?;
+    let mut hijack = false;
+    headers.foreach(|name: Value, value: Value| {
+        let name = RString::from_value(name)
+            .ok_or_else(|| Error::new(ruby.exception_type_error(), format!("response header names must be Strings, got {}", name.inspect())))?;
+        let is_rack_key = with_bytes(name, |n| n.starts_with(b"rack."));
+        if is_rack_key {
+            hijack |= with_bytes(name, |n| n == b"rack.hijack");
+            return Ok(magnus::r_hash::ForEach::Continue);
+        }
+        if let Some(value) = RString::from_value(value) {
+            add_one(ruby, head, name, value)?;
+        } else if let Some(values) = RArray::from_value(value) {
+            for item in values.into_iter() {
+                let item = RString::from_value(item).ok_or_else(|| {
+                    Error::new(ruby.exception_type_error(), "response header values must be Strings")
+                })?;
+                add_one(ruby, head, name, item)?;
+            }
+        } else {
+            return Err(Error::new(
+                ruby.exception_type_error(),
+                format!("response header {} must be a String or an Array of Strings", name.inspect()),
+            ));
+        }
+        Ok(magnus::r_hash::ForEach::Continue)
+    })?;
+    Ok(hijack)
+}
+
+fn add_one(ruby: &Ruby, head: &mut ResponseHead, name: RString, value: RString) -> Result<(), Error> {
+    let result = with_bytes(name, |n| with_bytes(value, |v| head.header(n, v)));
+    result.map_err(|e| arg_error(ruby, e.to_string()))
+}

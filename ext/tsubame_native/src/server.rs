@@ -1,0 +1,198 @@
+//! `Tsubame::Native::Server`: the engine as seen from Ruby.
+
+use crate::errors::bind_error;
+use crate::ffi::without_gvl;
+use crate::request::Request;
+use magnus::{prelude::*, Error, RHash, Ruby, Symbol, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tsubame_engine::server::StopOutcome;
+use tsubame_engine::{Engine, EngineOptions, Pop};
+
+#[magnus::wrap(class = "Tsubame::Native::Server", free_immediately, size)]
+pub struct Server {
+    engine: Arc<Engine>,
+}
+
+const OPTION_KEYS: &[&str] = &[
+    "binds",
+    "backlog",
+    "io_threads",
+    "threads_min",
+    "threads_max",
+    "max_body_size",
+    "spool_threshold",
+    "max_uri_size",
+    "max_header_size",
+    "max_headers",
+    "first_data_timeout",
+    "persistent_timeout",
+    "body_timeout",
+    "drain_timeout",
+    "log_requests",
+    "tcp_nodelay",
+];
+
+struct OptionReader<'a> {
+    ruby: &'a Ruby,
+    hash: RHash,
+}
+
+impl OptionReader<'_> {
+    fn get<T: magnus::TryConvert>(&self, key: &str) -> Result<Option<T>, Error> {
+        match self.hash.get(self.ruby.to_symbol(key)) {
+            None => Ok(None),
+            Some(v) if v.is_nil() => Ok(None),
+            Some(v) => T::try_convert(v)
+                .map(Some)
+                .map_err(|e| Error::new(self.ruby.exception_arg_error(), format!("option {key}: {e}"))),
+        }
+    }
+
+    fn seconds(&self, key: &str, default: Duration) -> Result<Duration, Error> {
+        match self.get::<f64>(key)? {
+            None => Ok(default),
+            Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(Error::new(self.ruby.exception_arg_error(), format!("option {key}: must be a positive number of seconds, got {s}"))),
+        }
+    }
+}
+
+/// The engine gets the whole options structure at once; keys it does not
+/// know are a programming error on the Ruby side, so they are refused.
+fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
+    let mut unknown = Vec::new();
+    hash.foreach(|key: Value, _: Value| {
+        let name = Symbol::from_value(key).map(|s| s.name().map(|n| n.to_string()));
+        match name {
+            Some(Ok(n)) if OPTION_KEYS.contains(&n.as_str()) => {}
+            _ => unknown.push(key.inspect()),
+        }
+        Ok(magnus::r_hash::ForEach::Continue)
+    })?;
+    if !unknown.is_empty() {
+        return Err(Error::new(ruby.exception_arg_error(), format!("unknown engine options: {}", unknown.join(", "))));
+    }
+    let r = OptionReader { ruby, hash };
+    let d = EngineOptions::default();
+    Ok(EngineOptions {
+        binds: r.get::<Vec<String>>("binds")?.unwrap_or(d.binds),
+        backlog: r.get("backlog")?.unwrap_or(d.backlog),
+        io_threads: r.get("io_threads")?.unwrap_or(d.io_threads),
+        threads_min: r.get("threads_min")?.unwrap_or(d.threads_min),
+        threads_max: r.get("threads_max")?.unwrap_or(d.threads_max),
+        max_body_size: r.get("max_body_size")?,
+        spool_threshold: r.get("spool_threshold")?.unwrap_or(d.spool_threshold),
+        max_uri_size: r.get("max_uri_size")?.unwrap_or(d.max_uri_size),
+        max_header_size: r.get("max_header_size")?.unwrap_or(d.max_header_size),
+        max_headers: r.get("max_headers")?.unwrap_or(d.max_headers),
+        first_data_timeout: r.seconds("first_data_timeout", d.first_data_timeout)?,
+        persistent_timeout: r.seconds("persistent_timeout", d.persistent_timeout)?,
+        body_timeout: r.seconds("body_timeout", d.body_timeout)?,
+        drain_timeout: r.seconds("drain_timeout", d.drain_timeout)?,
+        log_requests: r.get("log_requests")?.unwrap_or(d.log_requests),
+        tcp_nodelay: r.get("tcp_nodelay")?.unwrap_or(d.tcp_nodelay),
+    })
+}
+
+impl Server {
+    /// Parses the options and binds every listener (raising
+    /// Tsubame::BindError naming the bind that failed).
+    pub fn new(ruby: &Ruby, options: RHash) -> Result<Server, Error> {
+        let opts = engine_options(ruby, options)?;
+        let engine = Engine::bind(opts).map_err(|e| Error::new(bind_error(ruby), e.to_string()))?;
+        Ok(Server { engine: Arc::new(engine) })
+    }
+
+    pub fn addresses(&self) -> Vec<String> {
+        self.engine.addresses().to_vec()
+    }
+
+    pub fn start(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+        rb_self
+            .engine
+            .start()
+            .map_err(|e| Error::new(ruby.exception_runtime_error(), format!("cannot start the engine: {e}")))
+    }
+
+    /// Begins a graceful stop and returns at once (safe in a trap handler).
+    pub fn stop(&self) {
+        self.engine.stop();
+    }
+
+    /// The next request, or nil once the server has stopped and every
+    /// queued request has been handed out. Waits with the GVL released.
+    pub fn next_request(ruby: &Ruby, rb_self: &Self) -> Result<Option<Request>, Error> {
+        let queue = rb_self.engine.queue();
+        loop {
+            let pop = match queue.try_pop() {
+                Pop::Empty => {
+                    let interrupted = AtomicBool::new(false);
+                    let (popped, raised) = without_gvl(
+                        || queue.pop_wait(&interrupted),
+                        || {
+                            interrupted.store(true, Ordering::Release);
+                            queue.wake_all();
+                        },
+                    );
+                    if let Err(e) = raised {
+                        // Ruby is unwinding this thread (kill, raise): a job
+                        // it had already taken goes back for another thread.
+                        if let Some(Pop::Job(job)) = popped {
+                            queue.push_front(*job);
+                        }
+                        return Err(e);
+                    }
+                    popped.unwrap_or(Pop::Interrupted)
+                }
+                other => other,
+            };
+            match pop {
+                Pop::Job(job) => return Ok(Some(Request::new(*job))),
+                Pop::Closed => return Ok(None),
+                Pop::Interrupted | Pop::Empty => ruby.thread_check_ints()?,
+            }
+        }
+    }
+
+    /// Blocks (GVL released, signals still handled) until a stop has
+    /// finished. Returns :drained or :timed_out.
+    pub fn wait(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
+        let engine = &rb_self.engine;
+        loop {
+            let interrupted = AtomicBool::new(false);
+            let (outcome, raised) = without_gvl(
+                || engine.wait_stopped(&interrupted),
+                || {
+                    interrupted.store(true, Ordering::Release);
+                    engine.wake_waiters();
+                },
+            );
+            raised?;
+            match outcome.flatten() {
+                Some(StopOutcome::Drained) => return Ok(ruby.to_symbol("drained")),
+                Some(StopOutcome::TimedOut { .. }) => return Ok(ruby.to_symbol("timed_out")),
+                None => ruby.thread_check_ints()?,
+            }
+        }
+    }
+
+    pub fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
+        let s = rb_self.engine.stats();
+        let hash = ruby.hash_new();
+        hash.aset("connections_total", s.connections_total)?;
+        hash.aset("connections_active", s.connections_active)?;
+        hash.aset("requests_total", s.requests_total)?;
+        hash.aset("rejected_total", s.rejected_total)?;
+        hash.aset("client_disconnects", s.client_disconnects)?;
+        hash.aset("backlog", s.backlog)?;
+        hash.aset("waiting_threads", rb_self.engine.queue().waiting() as u64)?;
+        Ok(hash)
+    }
+
+    pub fn backlog(&self) -> usize {
+        self.engine.queue().len()
+    }
+}
+

@@ -1,0 +1,18 @@
+# frozen_string_literal: true
+
+require "tsubame/version"
+require "tsubame/errors"
+require "tsubame/options"
+
+# A Rack server whose HTTP engine is written in Rust.
+module Tsubame
+  # Autoloaded so that requiring "tsubame" (for Options, say) never loads the
+  # native extension; only serving needs it.
+  autoload :CLI, "tsubame/cli"
+  autoload :ConfigLoader, "tsubame/config_loader"
+  autoload :DSL, "tsubame/dsl"
+  autoload :EnvironmentVariables, "tsubame/environment_variables"
+  autoload :Launcher, "tsubame/launcher"
+  autoload :RackHandler, "tsubame/rack_handler"
+  autoload :Server, "tsubame/server"
+end

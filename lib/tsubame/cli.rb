@@ -1,0 +1,127 @@
+# frozen_string_literal: true
+
+require "optparse"
+require "tsubame"
+require "tsubame/bind_uri"
+require "tsubame/config_loader"
+require "tsubame/launcher"
+
+module Tsubame
+  # `tsubame [options] [rackup file]`, with Puma's flags and meanings.
+  # Every failure the user can fix is reported as one line on stderr with
+  # exit status 1; flags and config are fully checked, and the rackup file
+  # looked for, before the native extension is loaded.
+  class CLI
+    LAYER = :cli
+
+    def initialize(argv, stdout: $stdout, stderr: $stderr, env: ENV)
+      @argv = argv.dup
+      @stdout = stdout
+      @stderr = stderr
+      @env = env
+      @options = Options.new
+    end
+
+    # Returns the process exit status.
+    def run
+      catch(:exit) do
+        parse
+        loader = ConfigLoader.new(@options, env: @env).load
+        check_rackup
+        Launcher.new(@options, ignored: loader.ignored, stdout: @stdout, stderr: @stderr).run
+      end
+    rescue OptionParser::ParseError, Error => e
+      @stderr.puts "tsubame: #{e.message}"
+      1
+    end
+
+    private
+
+    def parse
+      rest = parser.parse(@argv)
+      raise ConfigError, "too many arguments: #{rest.join(" ")} (expected one rackup file)" if rest.size > 1
+
+      @options.set(:rackup, rest.first, layer: LAYER) if rest.first
+    end
+
+    def check_rackup
+      path = @options[:rackup]
+      raise ConfigError, "rackup file not found: #{path}" unless File.file?(path)
+    end
+
+    def parser
+      OptionParser.new do |o|
+        o.program_name = "tsubame"
+        o.version = VERSION
+        o.banner = "Usage: tsubame [options] [rackup file (default: ./config.ru)]"
+        o.separator ""
+        listen_flags(o)
+        tuning_flags(o)
+        config_flags(o)
+        info_flags(o)
+      end
+    end
+
+    def listen_flags(opts)
+      opts.on("-b", "--bind URI", "Listen on URI: tcp://HOST:PORT, unix://PATH, ssl://HOST:PORT (repeatable)") do |uri|
+        @options.append(:binds, uri, layer: LAYER)
+      end
+      opts.on("-p", "--port PORT", "Listen on tcp://#{Options::DEFAULT_HOST}:PORT (default #{Options::DEFAULT_PORT})") do |port|
+        @options.append(:binds, BindURI.tcp(Options::DEFAULT_HOST, port), layer: LAYER)
+      end
+      opts.on("--backlog N", "Listen queue length (default #{Options::DEFAULTS[:backlog]})") do |n|
+        @options.set(:backlog, n, layer: LAYER)
+      end
+    end
+
+    def tuning_flags(opts)
+      defaults = Options::DEFAULTS
+      opts.on("-t", "--threads MIN:MAX",
+              "Ruby threads running the app; N means N:N (default #{defaults[:threads_min]}:#{defaults[:threads_max]})") do |spec|
+        @options.set_threads(*Options.parse_threads(spec), layer: LAYER)
+      end
+      opts.on("--io-threads N", "Engine threads doing network I/O (default #{defaults[:io_threads]})") do |n|
+        @options.set(:io_threads, n, layer: LAYER)
+      end
+      opts.on("--max-body-size BYTES", "Largest request body accepted (default: no limit)") do |n|
+        @options.set(:max_body_size, n, layer: LAYER)
+      end
+      opts.on("--drain-timeout SECONDS",
+              "On TERM/INT, wait this long for requests in flight (default #{defaults[:drain_timeout]})") do |s|
+        @options.set(:drain_timeout, s, layer: LAYER)
+      end
+    end
+
+    def config_flags(opts)
+      opts.on("-C", "--config FILE", "Load this config file instead of the default ones; '-' loads none") do |path|
+        @options.append(:config_files, path, layer: LAYER)
+      end
+      opts.on("-e", "--environment NAME", "Rack environment (default: RACK_ENV, RAILS_ENV or development)") do |name|
+        @options.set(:environment, name, layer: LAYER)
+      end
+      opts.on("--pidfile PATH", "Write the process id to PATH while running") do |path|
+        @options.set(:pidfile, path, layer: LAYER)
+      end
+      opts.on("-q", "--quiet", "Do not log requests (default)") do
+        @options.set(:quiet, true, layer: LAYER)
+        @options.set(:log_requests, false, layer: LAYER)
+      end
+      opts.on("-v", "--log-requests", "Log every request to stdout") do
+        @options.set(:log_requests, true, layer: LAYER)
+        @options.set(:quiet, false, layer: LAYER)
+      end
+    end
+
+    def info_flags(opts)
+      opts.separator ""
+      opts.on("-V", "--version", "Print the version and exit") do
+        @stdout.puts "tsubame #{VERSION}"
+        throw :exit, 0
+      end
+      opts.on("-h", "--help", "Print this help and exit") do
+        @stdout.puts opts
+        throw :exit, 0
+      end
+    end
+  end
+end

@@ -1,0 +1,209 @@
+# frozen_string_literal: true
+
+require "tsubame/errors"
+require "tsubame/bind_uri"
+require "tsubame/options"
+
+module Tsubame
+  # The config file language: Puma's directives, so an existing
+  # config/puma.rb keeps working. Every directive writes to the :file layer
+  # of Options; the public methods of this class are exactly the directives.
+  class DSL
+    # Puma's names, so that `rackup DefaultRackup` and friends still resolve.
+    DefaultRackup = Options::DEFAULTS[:rackup]
+    DefaultTCPHost = Options::DEFAULT_HOST
+    DefaultTCPPort = Options::DEFAULT_PORT
+
+    # Puma directives for features Tsubame does not have yet (cluster mode,
+    # plugins, the control app...). A config written for Puma should still
+    # boot, with one warning, rather than fail on the first of them.
+    NOT_YET = %i[
+      activate_control_app after_worker_boot after_worker_fork app before_fork
+      before_refork before_thread_exit before_thread_start before_worker_boot
+      before_worker_fork before_worker_shutdown clean_thread_locals debug
+      directory drain_on_shutdown early_hints extra_runtime_dependencies
+      fork_worker io_selector_backend log_formatter max_fast_inline
+      mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork on_booted
+      on_refork on_restart on_stopped on_thread_exit on_thread_start
+      on_worker_boot on_worker_fork on_worker_shutdown out_of_band plugin
+      preload_app! prune_bundler queue_requests rack_url_scheme
+      raise_exception_on_sigterm restart_command set_remote_address
+      shutdown_debug silence_fork_callback_warning
+      silence_single_worker_warning ssl_bind state_path state_permission
+      stdout_redirect tag wait_for_less_busy_worker worker_boot_timeout
+      worker_check_interval worker_culling_strategy worker_shutdown_timeout
+      worker_timeout workers
+    ].freeze
+
+    LAYER = :file
+
+    # Evaluates one config file into options. Returns ignored, with an
+    # entry such as "workers (config/puma.rb:3)" added for every directive
+    # in NOT_YET that the file used.
+    def self.load(path, options, ignored = [])
+      source = begin
+        File.read(path)
+      rescue SystemCallError => e
+        raise ConfigError, "cannot read config file #{path}: #{e.message}"
+      end
+      new(path, options, ignored).__send__(:evaluate, source)
+      ignored
+    end
+
+    def initialize(path, options, ignored)
+      @path = path
+      @options = options
+      @ignored = ignored
+    end
+
+    def threads(min, max = min)
+      @options.set_threads(min, max, layer: LAYER)
+    end
+
+    def port(number, host = Options::DEFAULT_HOST)
+      @options.append(:binds, BindURI.tcp(host, number), layer: LAYER)
+    end
+
+    def bind(uri)
+      @options.append(:binds, uri, layer: LAYER)
+    end
+
+    # Binds from this file replace the default anyway; this is for configs
+    # that build their list in steps.
+    def clear_binds!
+      @options.clear(:binds, layer: LAYER)
+    end
+
+    def environment(name)
+      set(:environment, name)
+    end
+
+    def rackup(path)
+      set(:rackup, path)
+    end
+
+    def pidfile(path)
+      set(:pidfile, path)
+    end
+
+    def lowlevel_error_handler(handler = nil, &block)
+      handler ||= block
+      raise ConfigError, "lowlevel_error_handler needs a block or an object that responds to #call" unless handler
+
+      set(:lowlevel_error_handler, handler)
+    end
+
+    # log_requests and quiet each undo the other, so whichever comes later
+    # (or from a higher layer, e.g. -q against a file's log_requests) wins.
+    def log_requests(which = true)
+      set(:log_requests, which)
+      set(:quiet, false) if which
+    end
+
+    def quiet(which = true)
+      set(:quiet, which)
+      set(:log_requests, false) if which
+    end
+
+    def backlog(count)
+      set(:backlog, count)
+    end
+
+    def io_threads(count)
+      set(:io_threads, count)
+    end
+
+    def http_content_length_limit(bytes)
+      set(:max_body_size, bytes)
+    end
+    alias max_body_size http_content_length_limit
+
+    def spool_threshold(bytes)
+      set(:spool_threshold, bytes)
+    end
+
+    def max_uri_size(bytes)
+      set(:max_uri_size, bytes)
+    end
+
+    def max_header_size(bytes)
+      set(:max_header_size, bytes)
+    end
+
+    def max_headers(count)
+      set(:max_headers, count)
+    end
+
+    def persistent_timeout(seconds)
+      set(:persistent_timeout, seconds)
+    end
+
+    def first_data_timeout(seconds)
+      set(:first_data_timeout, seconds)
+    end
+
+    def body_timeout(seconds)
+      set(:body_timeout, seconds)
+    end
+
+    # Puma also takes :immediately and :forever. Waiting forever is not
+    # offered: a stop must finish, so it has to have a bound.
+    def force_shutdown_after(seconds)
+      seconds = 0 if seconds == :immediately
+      if seconds == :forever
+        raise ConfigError, "force_shutdown_after :forever is not supported; give a number of seconds"
+      end
+
+      set(:drain_timeout, seconds)
+    end
+    alias drain_timeout force_shutdown_after
+
+    def tcp_nodelay(which = true)
+      set(:tcp_nodelay, which)
+    end
+
+    NOT_YET.each do |name|
+      define_method(name) do |*_args, **_options, &_block|
+        @ignored << "#{name} (#{location(caller_locations)})"
+        nil
+      end
+    end
+
+    private
+
+    def set(key, value)
+      @options.set(key, value, layer: LAYER)
+    end
+
+    def evaluate(source)
+      instance_eval(source, @path, 1)
+    rescue SyntaxError => e
+      raise ConfigError, syntax_error_message(e)
+    rescue StandardError, ScriptError => e
+      detail = e.is_a?(ConfigError) ? e.message : "#{e.message} (#{e.class})"
+      raise ConfigError, "#{location(e.backtrace_locations)}: #{detail}"
+    end
+
+    # The raise happens inside this class, so the backtrace is what points
+    # at the offending line of the config file.
+    def method_missing(name, *_args, **_options, &_block)
+      raise ConfigError, "unknown directive '#{name}'"
+    end
+
+    def respond_to_missing?(_name, _include_private = false)
+      false
+    end
+
+    def location(locations)
+      line = locations&.find { |frame| frame.path == @path }&.lineno
+      line ? "#{@path}:#{line}" : @path
+    end
+
+    # Ruby reports "path:line: syntax error, ..." followed by a source
+    # excerpt; the first line is what the user needs.
+    def syntax_error_message(error)
+      lines = error.message.lines.map(&:chomp)
+      lines.find { |line| line.start_with?("#{@path}:") } || "#{@path}: #{lines.first}"
+    end
+  end
+end

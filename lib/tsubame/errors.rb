@@ -1,0 +1,14 @@
+# frozen_string_literal: true
+
+module Tsubame
+  # Rescuing this catches every failure Tsubame reports on purpose, as
+  # opposed to bugs and errors raised by the application.
+  class Error < StandardError; end
+
+  # Raised for anything wrong in flags, config files or environment
+  # variables; the message is meant to be shown to the user as is.
+  class ConfigError < Error; end
+
+  # Raised when a listener cannot be opened (address in use, permission...).
+  class BindError < Error; end
+end

@@ -1,0 +1,239 @@
+# frozen_string_literal: true
+
+require "tsubame/errors"
+require "tsubame/bind_uri"
+
+module Tsubame
+  # The one place that knows every setting, its default and its valid values.
+  #
+  # Each source writes to its own layer and a read returns the value from the
+  # highest layer that has one, so precedence does not depend on the order in
+  # which sources happen to be applied:
+  #
+  #   :default  built-in DEFAULTS, plus the few things that only move a
+  #             default (PORT, defaults handed over by a Rack launcher)
+  #   :file     config file directives
+  #   :env      environment variables
+  #   :cli      command-line flags, Rack handler options, and #[]=
+  class Options
+    DEFAULT_HOST = "0.0.0.0"
+    DEFAULT_PORT = 9292
+
+    DEFAULTS = {
+      binds: ["tcp://#{DEFAULT_HOST}:#{DEFAULT_PORT}"].freeze,
+      backlog: 1024,
+      threads_min: 0,
+      threads_max: 5,
+      io_threads: 1,
+      max_body_size: nil,
+      spool_threshold: 262_144,
+      max_uri_size: 12_288,
+      max_header_size: 114_688,
+      max_headers: 100,
+      first_data_timeout: 30.0,
+      persistent_timeout: 20.0,
+      body_timeout: 30.0,
+      drain_timeout: 30.0,
+      log_requests: false,
+      tcp_nodelay: true,
+      environment: "development",
+      rackup: "config.ru",
+      pidfile: nil,
+      lowlevel_error_handler: nil,
+      quiet: false,
+      config_files: [].freeze
+    }.freeze
+
+    # What the Rust engine receives; everything else stays on the Ruby side.
+    NATIVE_KEYS = %i[
+      binds backlog threads_min threads_max io_threads max_body_size
+      spool_threshold max_uri_size max_header_size max_headers
+      first_data_timeout persistent_timeout body_timeout drain_timeout
+      log_requests tcp_nodelay
+    ].freeze
+
+    KINDS = {
+      binds: :binds,
+      backlog: :positive_integer,
+      threads_min: :integer,
+      threads_max: :positive_integer,
+      io_threads: :positive_integer,
+      max_body_size: :optional_integer,
+      spool_threshold: :integer,
+      max_uri_size: :positive_integer,
+      max_header_size: :positive_integer,
+      max_headers: :positive_integer,
+      first_data_timeout: :seconds,
+      persistent_timeout: :seconds,
+      body_timeout: :seconds,
+      drain_timeout: :seconds,
+      log_requests: :boolean,
+      tcp_nodelay: :boolean,
+      environment: :string,
+      rackup: :string,
+      pidfile: :optional_string,
+      lowlevel_error_handler: :optional_callable,
+      quiet: :boolean,
+      config_files: :strings
+    }.freeze
+
+    LIST_KINDS = %i[binds strings].freeze
+
+    LAYERS = %i[default file env cli].freeze
+
+    THREADS_FORM = /\A\s*(\d+)\s*(?::\s*(\d+)\s*)?\z/.freeze
+
+    # "MIN:MAX", or "N" meaning N:N as Puma's -t does.
+    def self.parse_threads(spec)
+      match = THREADS_FORM.match(spec.to_s)
+      raise ConfigError, "invalid threads #{spec.to_s.inspect}: expected MIN:MAX or N" unless match
+
+      min = Integer(match[1], 10)
+      [min, match[2] ? Integer(match[2], 10) : min]
+    end
+
+    def initialize
+      @layers = LAYERS.to_h { |layer| [layer, {}] }
+    end
+
+    def [](key)
+      check_key(key)
+      LAYERS.reverse_each do |layer|
+        values = @layers[layer]
+        next unless values.key?(key)
+        # An empty list means "not given here", so a layer that never bound
+        # anything does not hide the binds of the layers below it.
+        return values[key] unless values[key].is_a?(Array) && values[key].empty?
+      end
+      DEFAULTS[key]
+    end
+
+    def []=(key, value)
+      set(key, value)
+    end
+
+    def set(key, value, layer: :cli)
+      layer_values(layer)[check_key(key)] = coerce(key, value)
+    end
+
+    # For the list settings (binds, config_files): adds to what this layer
+    # already has instead of replacing it, as repeated -b flags or bind
+    # directives do.
+    def append(key, value, layer: :cli)
+      raise ConfigError, "#{key} is not a list" unless LIST_KINDS.include?(KINDS[check_key(key)])
+
+      values = layer_values(layer)
+      values[key] = coerce(key, Array(values[key]) + [value])
+    end
+
+    def clear(key, layer: :cli)
+      layer_values(layer).delete(check_key(key))
+    end
+
+    # Checked as a pair so a config file line or a flag can report a bad
+    # combination at the place where it was written.
+    def set_threads(min, max, layer: :cli)
+      min = coerce(:threads_min, min)
+      max = coerce(:threads_max, max)
+      check_thread_range(min, max)
+      set(:threads_min, min, layer: layer)
+      set(:threads_max, max, layer: layer)
+    end
+
+    # Catches combinations no single source got wrong, e.g. MAX_THREADS=2
+    # with a config file asking for at least 4.
+    def validate!
+      check_thread_range(self[:threads_min], self[:threads_max])
+      self
+    end
+
+    def to_h
+      DEFAULTS.keys.to_h { |key| [key, self[key]] }
+    end
+
+    def native
+      validate!
+      hash = NATIVE_KEYS.to_h { |key| [key, self[key]] }
+      # quiet is the stronger word: `-q` silences request logs even when a
+      # config file turned them on.
+      hash[:log_requests] = hash[:log_requests] && !self[:quiet]
+      hash[:binds] = hash[:binds].dup
+      hash
+    end
+
+    private
+
+    def layer_values(layer)
+      @layers.fetch(layer) { raise ArgumentError, "unknown layer #{layer.inspect}" }
+    end
+
+    def check_key(key)
+      return key if KINDS.key?(key)
+
+      raise ConfigError, "unknown option '#{key}'"
+    end
+
+    def check_thread_range(min, max)
+      return if min <= max
+
+      raise ConfigError, "min threads (#{min}) must not be greater than max threads (#{max})"
+    end
+
+    def coerce(key, value)
+      case KINDS.fetch(key)
+      when :binds then coerce_binds(value)
+      when :integer then integer(key, value, 0, "a non-negative integer")
+      when :positive_integer then integer(key, value, 1, "a positive integer")
+      when :optional_integer then value.nil? ? nil : integer(key, value, 0, "a non-negative integer or nil")
+      when :seconds then seconds(key, value)
+      when :boolean then boolean(key, value)
+      when :string then string(key, value)
+      when :optional_string then value.nil? ? nil : string(key, value)
+      when :optional_callable then callable(key, value)
+      when :strings then Array(value).map { |item| string(key, item) }.freeze
+      end
+    end
+
+    def coerce_binds(value)
+      Array(value).map { |uri| BindURI.validate(uri) }.freeze
+    end
+
+    def integer(key, value, minimum, description)
+      number = value.is_a?(String) ? Integer(value, 10) : value
+      return number if number.is_a?(Integer) && number >= minimum
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be #{description} (got #{value.inspect})"
+    end
+
+    def seconds(key, value)
+      number = Float(value) if value.is_a?(String) || (value.is_a?(Numeric) && value.real?)
+      # Infinity and NaN cannot become a duration on the Rust side.
+      return number if number&.finite? && number >= 0
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be a non-negative number of seconds (got #{value.inspect})"
+    end
+
+    def boolean(key, value)
+      return value if [true, false].include?(value)
+
+      raise ConfigError, "#{key} must be true or false (got #{value.inspect})"
+    end
+
+    def string(key, value)
+      text = value.is_a?(Symbol) ? value.to_s : value
+      return text.dup.freeze if text.is_a?(String) && !text.strip.empty?
+
+      raise ConfigError, "#{key} must be a non-empty string (got #{value.inspect})"
+    end
+
+    def callable(key, value)
+      return value if value.nil? || value.respond_to?(:call)
+
+      raise ConfigError, "#{key} must respond to #call (got #{value.inspect})"
+    end
+  end
+end
