@@ -33,3 +33,124 @@ module Tsubame
     end
   end
 end
+
+require "socket"
+require "net/http"
+require "timeout"
+
+module Tsubame
+  # Starts exe/tsubame as a subprocess on an ephemeral port and talks to it
+  # over real sockets. The banner's "Listening on" lines give the addresses.
+  class TestServer
+    attr_reader :pid, :port, :addresses, :unix_path
+
+    def initialize(rackup, args: [], env: {}, unix: false)
+      @dir = Dir.mktmpdir("tsubame-srv")
+      @log_path = File.join(@dir, "server.log")
+      @err_path = File.join(@dir, "server.err")
+      @unix_path = File.join(@dir, "s.sock") if unix
+      binds = ["-b", "tcp://127.0.0.1:0"]
+      binds += ["-b", "unix://#{@unix_path}"] if unix
+      ru = File.join(@dir, "config.ru")
+      File.write(ru, rackup)
+      @pid = Process.spawn(env, RbConfig.ruby, "-w", TestHelpers::EXE, *binds, *args, ru,
+                           out: @log_path, err: @err_path, in: File::NULL)
+      wait_for_banner
+    end
+
+    def wait_for_banner
+      Timeout.timeout(15) do
+        until (listening = File.read(@log_path).scan(%r{Listening on (\S+)}).flatten).size >= 1 &&
+              File.read(@log_path).include?("Use Ctrl-C")
+          raise "server exited: #{stderr}" if Process.waitpid(@pid, Process::WNOHANG)
+
+          sleep 0.02
+        end
+        @addresses = listening
+        @port = listening.map { |a| a[/:(\d+)\z/, 1] }.compact.first.to_i
+      end
+    end
+
+    def stdout
+      File.read(@log_path)
+    end
+
+    def stderr
+      File.read(@err_path)
+    end
+
+    def socket
+      TCPSocket.new("127.0.0.1", @port)
+    end
+
+    def http
+      Net::HTTP.start("127.0.0.1", @port, read_timeout: 20)
+    end
+
+    def get(path, headers = {})
+      http.get(path, headers)
+    end
+
+    # Sends raw bytes on a fresh connection and returns everything the
+    # server sends until it closes (or `timeout` seconds pass).
+    def raw(bytes, timeout: 5, close_write: false)
+      sock = socket
+      sock.write(bytes)
+      sock.close_write if close_write
+      read_all(sock, timeout)
+    ensure
+      sock&.close
+    end
+
+    def read_all(sock, timeout)
+      out = +""
+      deadline = Time.now + timeout
+      loop do
+        left = deadline - Time.now
+        break if left <= 0 || !sock.wait_readable(left)
+
+        chunk = sock.read_nonblock(65_536, exception: false)
+        break if chunk.nil?
+        next if chunk == :wait_readable
+
+        out << chunk
+      end
+      out
+    end
+
+    def signal(name)
+      Process.kill(name, @pid)
+    end
+
+    # Returns the exit status.
+    def stop(signal = "TERM", timeout: 20)
+      Process.kill(signal, @pid)
+      Timeout.timeout(timeout) { Process.wait2(@pid).last }
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    ensure
+      @stopped = true
+    end
+
+    def kill
+      return if @stopped
+
+      Process.kill("KILL", @pid)
+      Process.wait(@pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    ensure
+      FileUtils.rm_rf(@dir)
+    end
+  end
+
+  module TestHelpers
+    # Yields a running TestServer and always kills it afterwards.
+    def with_server(rackup, **opts)
+      server = TestServer.new(rackup, **opts)
+      yield server
+    ensure
+      server&.kill
+    end
+  end
+end

@@ -50,15 +50,9 @@ module Tsubame
       previous = trap_signals(server)
       begin
         server.start
-        # Ruby runs trap handlers on the main thread, and only when that
-        # thread can be interrupted; a native wait may not be, so the main
-        # thread waits in Thread#join, which always can.
-        Thread.new do
-          Thread.current.name = "tsubame-wait"
-          # join re-raises anything wait raises; no need to report it twice.
-          Thread.current.report_on_exception = false
-          server.wait
-        end.join
+        # Server#wait keeps the main thread interruptible, so the trap
+        # handlers above run while it waits.
+        server.wait
       ensure
         previous.each { |signal, handler| trap(signal, handler) }
         remove_pidfile
