@@ -81,7 +81,7 @@ impl ChunkedDecoder {
                     self.trailer_bytes += line.len();
                     if line.len() == 2 {
                         self.state = State::Done;
-                    } else if !line.contains(&b':') || line.iter().any(|&b| b == 0) {
+                    } else if !line.contains(&b':') || line.contains(&0) {
                         return Err(BAD);
                     }
                 }

@@ -23,6 +23,9 @@ pub struct JobQueue {
     ready: Condvar,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueClosed;
+
 #[derive(Debug)]
 pub enum Pop {
     Job(Box<Job>),
@@ -45,11 +48,11 @@ impl JobQueue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Gives the job back if the queue is closed.
-    pub fn push(&self, job: Job) -> Result<(), Job> {
+    /// Refuses (dropping the job) once the queue is closed.
+    pub fn push(&self, job: Job) -> Result<(), QueueClosed> {
         let mut state = self.lock();
         if state.closed {
-            return Err(job);
+            return Err(QueueClosed);
         }
         state.jobs.push_back(job);
         let wake = state.waiting > 0;
