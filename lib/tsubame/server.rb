@@ -1,6 +1,10 @@
 # frozen_string_literal: true
 
 require "socket"
+# Rack 2.2's Rack::Lint checks SERVER_NAME with URI.parse but never
+# requires uri (and rescues the NameError), so without this every request
+# to a Lint-wrapped app failed until something else happened to load it.
+require "uri"
 require "rack"
 require "tsubame/version"
 require "tsubame/errors"
@@ -14,6 +18,12 @@ module Tsubame
   # released), calls the app, and hands the response back to the engine.
   class Server
     RACK3 = Gem::Version.new(Rack.release) >= Gem::Version.new("3.0")
+
+    # Seconds the app threads get, all together, to finish once the engine
+    # has stopped; then those still running (stuck in the app after a drain
+    # timeout) are killed. One shared deadline, so N stuck threads do not
+    # cost N seconds.
+    THREAD_GRACE = 1.0
 
     attr_reader :app, :options
 
@@ -60,7 +70,7 @@ module Tsubame
       waiter = Thread.new { done << @native.wait }
       outcome = done.pop
       waiter.join
-      @threads.each { |thread| thread.join(1) || thread.kill }
+      join_threads
       outcome
     end
 
@@ -74,6 +84,14 @@ module Tsubame
     end
 
     private
+
+    def join_threads
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + THREAD_GRACE
+      @threads.each do |thread|
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        thread.join([left, 0].max) || thread.kill
+      end
+    end
 
     def spawn_thread(index)
       Thread.new do

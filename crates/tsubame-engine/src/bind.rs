@@ -54,7 +54,11 @@ impl BindSpec {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "backlog" => {
-                    backlog = Some(value.parse::<u32>().map_err(|_| invalid("backlog must be a whole number"))?)
+                    backlog = Some(
+                        value
+                            .parse::<u32>()
+                            .map_err(|_| invalid("backlog must be a whole number"))?,
+                    )
                 }
                 // Puma accepts these on tcp binds; they change nothing here.
                 "low_latency" | "reuse_port" => {}
@@ -92,10 +96,7 @@ impl BindSpec {
         };
         match &self.target {
             BindTarget::Tcp { host, port } => {
-                let addrs: Vec<SocketAddr> = (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .map_err(io_err)?
-                    .collect();
+                let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs().map_err(io_err)?.collect();
                 if addrs.is_empty() {
                     return Err(BindError::Invalid {
                         uri: self.uri.clone(),
@@ -198,9 +199,21 @@ mod tests {
     #[test]
     fn parses_tcp_ipv4_ipv6_and_unix() {
         let spec = BindSpec::parse("tcp://127.0.0.1:9292").unwrap();
-        assert_eq!(spec.target, BindTarget::Tcp { host: "127.0.0.1".into(), port: 9292 });
+        assert_eq!(
+            spec.target,
+            BindTarget::Tcp {
+                host: "127.0.0.1".into(),
+                port: 9292
+            }
+        );
         let spec = BindSpec::parse("tcp://[::1]:80?backlog=64").unwrap();
-        assert_eq!(spec.target, BindTarget::Tcp { host: "::1".into(), port: 80 });
+        assert_eq!(
+            spec.target,
+            BindTarget::Tcp {
+                host: "::1".into(),
+                port: 80
+            }
+        );
         assert_eq!(spec.backlog, Some(64));
         let spec = BindSpec::parse("unix:///tmp/t.sock").unwrap();
         assert_eq!(spec.target, BindTarget::Unix("/tmp/t.sock".into()));
@@ -208,7 +221,14 @@ mod tests {
 
     #[test]
     fn rejects_bad_uris_with_the_uri_in_the_message() {
-        for uri in ["localhost:80", "tcp://host", "tcp://h:notaport", "ftp://x:1", "tcp://h:1?bogus=1", "unix://"] {
+        for uri in [
+            "localhost:80",
+            "tcp://host",
+            "tcp://h:notaport",
+            "ftp://x:1",
+            "tcp://h:1?bogus=1",
+            "unix://",
+        ] {
             let err = BindSpec::parse(uri).unwrap_err().to_string();
             assert!(err.starts_with(uri), "{err}");
         }

@@ -12,7 +12,10 @@ pub enum Body {
     Empty,
     Memory(Bytes),
     /// Positioned at the start; the file has no name left on disk.
-    File { file: File, len: u64 },
+    File {
+        file: File,
+        len: u64,
+    },
 }
 
 impl Body {

@@ -73,10 +73,19 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         };
         served += 1;
         let received_at = Instant::now();
-        if head.expect_continue && head.framing != Framing::None && buf.is_empty() {
-            if io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
-                return;
+        if let (Framing::Length(len), Some(limit)) = (head.framing, shared.opts.max_body_size) {
+            // Before any 100 Continue: a client that asked first must hear
+            // the refusal instead of an invitation to send the body.
+            if len > limit {
+                return refuse(&mut io, &shared, &conn, HttpError::PayloadTooLarge).await;
             }
+        }
+        if head.expect_continue
+            && head.framing != Framing::None
+            && buf.is_empty()
+            && io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+        {
+            return;
         }
         let body = match read_body(&mut io, &mut buf, &head, &shared).await {
             Ok(body) => body,
@@ -104,7 +113,13 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             Ok(reply) => reply,
             Err(_) => {
                 log::error("an application thread dropped a request without answering it");
-                return refuse(&mut io, &shared, &conn, HttpError::Internal("no response from the application")).await;
+                return refuse(
+                    &mut io,
+                    &shared,
+                    &conn,
+                    HttpError::Internal("no response from the application"),
+                )
+                .await;
             }
         };
         let status = reply_status(&reply);
@@ -232,9 +247,7 @@ async fn read_body<T: ClientIo>(
     match head.framing {
         Framing::None | Framing::Length(0) => Ok(Body::Empty),
         Framing::Length(len) => {
-            if limit.is_some_and(|l| len > l) {
-                return Err(HttpError::PayloadTooLarge.into());
-            }
+            // A declared length over the limit was refused in `serve`.
             if len <= shared.opts.spool_threshold {
                 // The common small body: wait until it is all buffered, then
                 // cut it out without a copy.
@@ -276,11 +289,15 @@ async fn read_body<T: ClientIo>(
 async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
     match reply {
-        Reply::Full { data, body_len, close, .. } => match timeout(write_timeout, io.write_all(&data)).await {
+        Reply::Full {
+            data, body_len, close, ..
+        } => match timeout(write_timeout, io.write_all(&data)).await {
             Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
             _ => (Written::Failed, 0),
         },
-        Reply::File { head, file, len, close, .. } => write_file(io, head, file, len, close, shared).await,
+        Reply::File {
+            head, file, len, close, ..
+        } => write_file(io, head, file, len, close, shared).await,
         Reply::Stream {
             head,
             chunks,
@@ -359,7 +376,8 @@ async fn write_stream<T: ClientIo>(
                     StreamFraming::Raw { declared_len } => {
                         // Never send more than was declared: the extra bytes
                         // would be read as the start of the next response.
-                        let allowed = declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
+                        let allowed =
+                            declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
                         timeout(write_timeout, io.write_all(&data[..allowed as usize])).await
                     }
                 };

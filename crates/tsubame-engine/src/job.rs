@@ -32,3 +32,85 @@ pub struct Job {
     /// `connection: close` instead of promising another request.
     pub keep_alive: bool,
 }
+
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const ABANDONED: u8 = 2;
+const TIMED_OUT: u8 = 3;
+
+/// Who owns a request's outcome. The connection task and the application
+/// thread race for it (queue timeout vs. pick-up, request deadline vs.
+/// reply), and a compare-and-swap decides, so exactly one answer is sent.
+#[derive(Debug, Default)]
+pub struct JobState {
+    phase: std::sync::atomic::AtomicU8,
+    /// Milliseconds after `received_at` when the request times out; 0 is
+    /// none. The app may move it (`env["tsubame.deadline"]`).
+    deadline_ms: std::sync::atomic::AtomicU64,
+}
+
+impl JobState {
+    pub fn new(deadline: Option<std::time::Duration>) -> Self {
+        let state = JobState::default();
+        state.set_deadline(deadline);
+        state
+    }
+
+    /// An application thread takes the job; false if the connection gave
+    /// up on it while it was queued.
+    pub fn take(&self) -> bool {
+        self.swap_phase(QUEUED, RUNNING)
+    }
+
+    /// The connection gives up on a queued job; false if a thread has it.
+    pub fn abandon(&self) -> bool {
+        self.swap_phase(QUEUED, ABANDONED)
+    }
+
+    /// The connection answers a running job's deadline itself; false if
+    /// the job was not running.
+    pub fn time_out(&self) -> bool {
+        self.swap_phase(RUNNING, TIMED_OUT)
+    }
+
+    pub fn is_timed_out(&self) -> bool {
+        self.phase.load(std::sync::atomic::Ordering::Acquire) == TIMED_OUT
+    }
+
+    fn swap_phase(&self, from: u8, to: u8) -> bool {
+        use std::sync::atomic::Ordering;
+        self.phase
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    pub fn set_deadline(&self, deadline: Option<std::time::Duration>) {
+        let ms = deadline.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+        self.deadline_ms.store(ms, std::sync::atomic::Ordering::Release);
+    }
+
+    pub fn deadline(&self) -> Option<std::time::Duration> {
+        match self.deadline_ms.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_side_wins() {
+        let s = JobState::new(None);
+        assert!(s.abandon());
+        assert!(!s.take());
+        let s = JobState::new(Some(std::time::Duration::from_secs(2)));
+        assert!(s.take());
+        assert!(!s.abandon());
+        assert!(s.time_out());
+        assert!(s.is_timed_out());
+        assert_eq!(s.deadline(), Some(std::time::Duration::from_secs(2)));
+    }
+}

@@ -10,6 +10,7 @@ pub mod chunked;
 pub mod connection;
 pub mod date;
 pub mod error;
+pub mod histogram;
 pub mod job;
 pub mod log;
 pub mod options;

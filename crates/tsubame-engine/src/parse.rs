@@ -59,9 +59,29 @@ impl RequestHead {
 /// Methods a Rack app may see. Anything else is answered 501 by the engine,
 /// as Puma does; CONNECT is absent because Tsubame is not a proxy.
 const KNOWN_METHODS: &[&[u8]] = &[
-    b"GET", b"HEAD", b"POST", b"PUT", b"DELETE", b"OPTIONS", b"PATCH", b"TRACE", b"PROPFIND",
-    b"PROPPATCH", b"MKCOL", b"COPY", b"MOVE", b"LOCK", b"UNLOCK", b"REPORT", b"MKACTIVITY",
-    b"CHECKOUT", b"MERGE", b"SEARCH", b"MKCALENDAR", b"LINK", b"UNLINK",
+    b"GET",
+    b"HEAD",
+    b"POST",
+    b"PUT",
+    b"DELETE",
+    b"OPTIONS",
+    b"PATCH",
+    b"TRACE",
+    b"PROPFIND",
+    b"PROPPATCH",
+    b"MKCOL",
+    b"COPY",
+    b"MOVE",
+    b"LOCK",
+    b"UNLOCK",
+    b"REPORT",
+    b"MKACTIVITY",
+    b"CHECKOUT",
+    b"MERGE",
+    b"SEARCH",
+    b"MKCALENDAR",
+    b"LINK",
+    b"UNLINK",
 ];
 
 const INLINE_HEADERS: usize = 64;
@@ -112,7 +132,11 @@ fn span(base: &[u8], part: &[u8]) -> (usize, usize) {
     (start, start + part.len())
 }
 
-fn try_parse<'b>(buf: &'b [u8], headers: &mut [httparse::Header<'b>], limits: &Limits) -> Result<Option<Layout>, HttpError> {
+fn try_parse<'b>(
+    buf: &'b [u8],
+    headers: &mut [httparse::Header<'b>],
+    limits: &Limits,
+) -> Result<Option<Layout>, HttpError> {
     let mut req = httparse::Request::new(headers);
     let len = match req.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
@@ -147,12 +171,22 @@ fn try_parse<'b>(buf: &'b [u8], headers: &mut [httparse::Header<'b>], limits: &L
     }))
 }
 
-/// `HTTP/2.0` or `HTTP/0.9`-style lines get 505; garbage gets 400.
+/// A well-formed version other than 1.0 and 1.1 (`HTTP/2.0`, `HTTP/0.9`)
+/// gets 505; anything else, such as `HTTP/1.x`, is garbage and gets 400.
 fn version_error(buf: &[u8]) -> HttpError {
     let line_end = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
     let line = &buf[..line_end];
-    match memchr::memmem::rfind(line, b"HTTP/") {
-        Some(at) if line.len() > at + 5 && line[at + 5].is_ascii_digit() => HttpError::VersionNotSupported,
+    let Some(at) = memchr::memmem::rfind(line, b"HTTP/") else {
+        return HttpError::BadRequest("malformed request line");
+    };
+    // HTTP-version = "HTTP/" DIGIT "." DIGIT, and then the line ends (or
+    // has not arrived yet).
+    match &line[at + 5..] {
+        [major, b'.', minor, rest @ ..]
+            if major.is_ascii_digit() && minor.is_ascii_digit() && (rest.is_empty() || rest == b"\r") =>
+        {
+            HttpError::VersionNotSupported
+        }
         _ => HttpError::BadRequest("malformed request line"),
     }
 }
@@ -171,7 +205,10 @@ fn eq_ignore_case(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(|t| t.trim_ascii()).filter(|t| !t.is_empty())
+    value
+        .split(|&b| b == b',')
+        .map(|t| t.trim_ascii())
+        .filter(|t| !t.is_empty())
 }
 
 fn valid_host(host: &[u8]) -> bool {
@@ -357,7 +394,8 @@ mod tests {
 
     #[test]
     fn parses_a_simple_get_and_leaves_the_next_request() {
-        let mut buf = BytesMut::from(&b"GET /a/b?x=1&y HTTP/1.1\r\nHost: example.com:8080\r\nX-A: 1\r\n\r\nGET /next"[..]);
+        let mut buf =
+            BytesMut::from(&b"GET /a/b?x=1&y HTTP/1.1\r\nHost: example.com:8080\r\nX-A: 1\r\n\r\nGET /next"[..]);
         let head = parse_head(&mut buf, &LIMITS).unwrap().unwrap();
         assert_eq!(&head.method[..], b"GET");
         assert_eq!(&head.path[..], b"/a/b");
@@ -378,26 +416,60 @@ mod tests {
     #[test]
     fn http10_keep_alive_only_when_asked() {
         assert!(!parse("GET / HTTP/1.0\r\n\r\n").unwrap().unwrap().keep_alive);
-        assert!(parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap().unwrap().keep_alive);
-        assert!(!parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap().unwrap().keep_alive);
+        assert!(
+            parse("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
+        assert!(
+            !parse("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .keep_alive
+        );
     }
 
     #[test]
     fn framing_rules() {
-        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n").unwrap().unwrap();
+        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Length(5));
-        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
+        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Chunked);
-        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n").unwrap().unwrap();
+        let h = parse("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.framing, Framing::Length(5));
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 501);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n"),
+            400
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"),
+            501
+        );
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"),
+            400
+        );
         assert_eq!(status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
         assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n"), 400);
-        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n"),
+            400
+        );
     }
 
     #[test]
@@ -413,6 +485,10 @@ mod tests {
         assert_eq!(status("BREW / HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
         assert_eq!(status("CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n"), 501);
         assert_eq!(status("GET / HTTP/2.0\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET / HTTP/2.0"), 505);
+        assert_eq!(status("GET / HTTP/1.x\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/2.0 x\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/22\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), 400);
         assert_eq!(status("GET / HTTP/1.1\r\nHost: a b\r\n\r\n"), 400);
@@ -426,11 +502,15 @@ mod tests {
 
     #[test]
     fn absolute_form_sets_host_and_path() {
-        let h = parse("GET http://example.org:81/p?q=1 HTTP/1.1\r\nHost: other\r\n\r\n").unwrap().unwrap();
+        let h = parse("GET http://example.org:81/p?q=1 HTTP/1.1\r\nHost: other\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(h.host.as_deref(), Some(&b"example.org:81"[..]));
         assert_eq!(&h.path[..], b"/p");
         assert_eq!(&h.query[..], b"q=1");
-        let h = parse("GET http://example.org?q HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().unwrap();
+        let h = parse("GET http://example.org?q HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(&h.path[..], b"/");
         assert_eq!(&h.query[..], b"q");
         let h = parse("OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n").unwrap().unwrap();
@@ -439,7 +519,9 @@ mod tests {
 
     #[test]
     fn expect_continue_only_on_http11() {
-        let h = parse("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n").unwrap().unwrap();
+        let h = parse("PUT / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 3\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert!(h.expect_continue);
     }
 }

@@ -1,7 +1,7 @@
+use crate::stream_channel::StreamReceiver;
 use bytes::Bytes;
 use std::fs::File;
 use std::os::fd::OwnedFd;
-use crate::stream_channel::StreamReceiver;
 
 /// What an application thread hands back to the connection that owns the
 /// request. Heads are already serialized (see `response.rs`), so the
@@ -9,7 +9,12 @@ use crate::stream_channel::StreamReceiver;
 #[derive(Debug)]
 pub enum Reply {
     /// Head and body in one buffer: one write.
-    Full { status: u16, data: Bytes, body_len: u64, close: bool },
+    Full {
+        status: u16,
+        data: Bytes,
+        body_len: u64,
+        close: bool,
+    },
     /// The head, then chunks as the application produces them.
     Stream {
         status: u16,
@@ -19,10 +24,18 @@ pub enum Reply {
         close: bool,
     },
     /// The head, then `len` bytes of an open file, read by the engine.
-    File { status: u16, head: Bytes, file: File, len: u64, close: bool },
+    File {
+        status: u16,
+        head: Bytes,
+        file: File,
+        len: u64,
+        close: bool,
+    },
     /// The application takes the socket (`rack.hijack`): the engine hands
     /// over the descriptor and forgets the connection.
-    Hijack { socket: std::sync::mpsc::SyncSender<std::io::Result<OwnedFd>> },
+    Hijack {
+        socket: std::sync::mpsc::SyncSender<std::io::Result<OwnedFd>>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -88,10 +88,14 @@ impl ResponseHead {
     /// so a value can never start a new header or response.
     pub fn header(&mut self, name: &[u8], value: &[u8]) -> Result<(), ResponseError> {
         if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
-            return Err(ResponseError::InvalidHeaderName(String::from_utf8_lossy(name).into_owned()));
+            return Err(ResponseError::InvalidHeaderName(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
         }
         if value.iter().any(|&b| b == b'\r' || b == 0) {
-            return Err(ResponseError::InvalidHeaderValue(String::from_utf8_lossy(name).into_owned()));
+            return Err(ResponseError::InvalidHeaderValue(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
         }
         if name.eq_ignore_ascii_case(b"content-length") {
             let text = std::str::from_utf8(value).unwrap_or("").trim();
@@ -153,7 +157,9 @@ impl ResponseHead {
     /// Finishes a head for a body already complete in memory (`body_len`
     /// bytes). Returns the head and whether the body goes out after it.
     /// The length written is the real one, whatever the application claimed,
-    /// except for HEAD, where the application's claim is all there is.
+    /// except for HEAD, where the application's claim is all there is: the
+    /// body is not looked at, so without a claim no length is sent (a made-up
+    /// 0 would misstate what GET sends, RFC 9110 §8.6).
     pub fn finish_full(mut self, body_len: u64, is_head: bool, keep_alive: bool, version: Version) -> FinishedHead {
         let keep_alive = keep_alive && !self.app_close;
         let send_body = !is_head && !status_has_no_body(self.status);
@@ -162,8 +168,10 @@ impl ResponseHead {
                 self.push_content_length(len);
             }
         } else if !status_has_no_body(self.status) && !self.app_transfer_encoding {
-            let len = if is_head { self.content_length.unwrap_or(body_len) } else { body_len };
-            self.push_content_length(len);
+            let len = if is_head { self.content_length } else { Some(body_len) };
+            if let Some(len) = len {
+                self.push_content_length(len);
+            }
         }
         self.end(keep_alive, version);
         FinishedHead {
@@ -180,7 +188,9 @@ impl ResponseHead {
         let send_body = !is_head && !status_has_no_body(self.status);
         let framing = if let Some(len) = self.content_length.filter(|_| !status_has_no_body(self.status)) {
             self.push_content_length(len);
-            StreamFraming::Raw { declared_len: Some(len) }
+            StreamFraming::Raw {
+                declared_len: Some(len),
+            }
         } else if self.app_transfer_encoding || !send_body {
             StreamFraming::Raw { declared_len: None }
         } else if version == Version::Http11 {
@@ -351,12 +361,19 @@ mod tests {
         let done = head.finish_full(0, true, true, Version::Http11);
         assert!(text(&done).contains("content-length: 1234\r\n"));
         assert!(!done.send_body);
+        let done = ResponseHead::new(200)
+            .unwrap()
+            .finish_full(0, true, true, Version::Http11);
+        assert!(!text(&done).contains("content-length"), "{}", text(&done));
+        assert!(!done.send_body && done.keep_alive);
     }
 
     #[test]
     fn bodiless_statuses() {
         for status in [100, 204, 304] {
-            let done = ResponseHead::new(status).unwrap().finish_full(5, false, true, Version::Http11);
+            let done = ResponseHead::new(status)
+                .unwrap()
+                .finish_full(5, false, true, Version::Http11);
             assert!(!done.send_body);
             assert!(!text(&done).contains("content-length"), "{status}");
         }
@@ -377,14 +394,18 @@ mod tests {
 
     #[test]
     fn stream_framing() {
-        let done = ResponseHead::new(200).unwrap().finish_stream(false, true, Version::Http11);
+        let done = ResponseHead::new(200)
+            .unwrap()
+            .finish_stream(false, true, Version::Http11);
         assert_eq!(done.framing, StreamFraming::Chunked);
         assert!(text(&done).contains("transfer-encoding: chunked\r\n"));
         let mut head = ResponseHead::new(200).unwrap();
         head.header(b"content-length", b"10").unwrap();
         let done = head.finish_stream(false, true, Version::Http11);
         assert_eq!(done.framing, StreamFraming::Raw { declared_len: Some(10) });
-        let done = ResponseHead::new(200).unwrap().finish_stream(false, true, Version::Http10);
+        let done = ResponseHead::new(200)
+            .unwrap()
+            .finish_stream(false, true, Version::Http10);
         assert!(!done.keep_alive);
         assert!(text(&done).contains("connection: close\r\n"));
     }

@@ -44,7 +44,10 @@ where
     F: FnOnce() -> R,
     U: Fn(),
 {
-    let mut call = Call { func: Some(func), result: None };
+    let mut call = Call {
+        func: Some(func),
+        result: None,
+    };
     let call_ptr = &mut call as *mut Call<F, R> as *mut c_void;
     let unblock_ptr = &unblock as *const U as *mut c_void;
     // rb_thread_call_without_gvl checks interrupts after re-taking the GVL,
@@ -54,12 +57,7 @@ where
         // SAFETY: both function pointers match the C signatures Ruby
         // expects, and both data pointers outlive the call (see above).
         unsafe {
-            rb_sys::rb_thread_call_without_gvl(
-                Some(run_call::<F, R>),
-                call_ptr,
-                Some(run_unblock::<U>),
-                unblock_ptr,
-            );
+            rb_sys::rb_thread_call_without_gvl(Some(run_call::<F, R>), call_ptr, Some(run_unblock::<U>), unblock_ptr);
         }
         rb_sys::Qnil as rb_sys::VALUE
     });

@@ -40,7 +40,8 @@ impl Input {
     /// reads at most that many bytes (nil at EOF); a buffer is filled in
     /// place.
     pub fn read(ruby: &Ruby, rb_self: &Self, args: &[Value]) -> Result<Option<RString>, Error> {
-        let args = magnus::scan_args::scan_args::<(), (Option<Option<usize>>, Option<Option<RString>>), (), (), (), ()>(args)?;
+        let args =
+            magnus::scan_args::scan_args::<(), (Option<Option<usize>>, Option<Option<RString>>), (), (), (), ()>(args)?;
         let (length, buffer) = args.optional;
         let length = length.flatten();
         let buffer = buffer.flatten();
@@ -52,7 +53,10 @@ impl Input {
             }
             Some(len) => {
                 data.reserve(len.min(1 << 20));
-                (&mut *source).take(len as u64).read_to_end(&mut data).map_err(|e| io_error(ruby, e))?;
+                (&mut *source)
+                    .take(len as u64)
+                    .read_to_end(&mut data)
+                    .map_err(|e| io_error(ruby, e))?;
                 if data.is_empty() && len > 0 {
                     if let Some(buf) = buffer {
                         let _: Value = buf.funcall("clear", ())?;

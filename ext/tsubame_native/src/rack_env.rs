@@ -3,8 +3,9 @@
 //! strings that are really its own.
 
 use crate::ffi::{hash_dup, hash_set};
+use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
-use magnus::{gc, Error, RHash, RString, Ruby, Value};
+use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, OnceLock};
@@ -46,12 +47,10 @@ fn permanent(ruby: &Ruby, bytes: &[u8]) -> Opaque<RString> {
 
 pub fn init(ruby: &Ruby) {
     let k = |s: &str| permanent(ruby, s.as_bytes());
-    let methods = [
-        "GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE",
-    ]
-    .iter()
-    .map(|m| (m.as_bytes(), k(m)))
-    .collect();
+    let methods = ["GET", "POST", "HEAD", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"]
+        .iter()
+        .map(|m| (m.as_bytes(), k(m)))
+        .collect();
     let _ = KEYS.set(Keys {
         request_method: k("REQUEST_METHOD"),
         path_info: k("PATH_INFO"),
@@ -84,17 +83,50 @@ pub fn init(ruby: &Ruby) {
 /// `init` runs when the extension loads, so this fails only if Rust code
 /// were called before Ruby loaded the extension.
 pub fn keys(ruby: &Ruby) -> Result<&'static Keys, Error> {
-    KEYS.get().ok_or_else(|| Error::new(ruby.exception_runtime_error(), "tsubame_native is not initialised"))
+    KEYS.get()
+        .ok_or_else(|| Error::new(ruby.exception_runtime_error(), "tsubame_native is not initialised"))
 }
 
 const COMMON_HEADERS: &[&str] = &[
-    "host", "user-agent", "accept", "accept-encoding", "accept-language", "connection", "cookie",
-    "referer", "origin", "cache-control", "pragma", "upgrade-insecure-requests", "x-forwarded-for",
-    "x-forwarded-proto", "x-forwarded-host", "x-forwarded-port", "x-real-ip", "x-request-id",
-    "authorization", "if-none-match", "if-modified-since", "sec-fetch-site", "sec-fetch-mode",
-    "sec-fetch-dest", "sec-fetch-user", "sec-ch-ua", "sec-ch-ua-mobile", "sec-ch-ua-platform", "dnt",
-    "x-requested-with", "x-csrf-token", "keep-alive", "te", "expect", "range", "if-range", "via",
-    "forwarded", "transfer-encoding",
+    "host",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "connection",
+    "cookie",
+    "referer",
+    "origin",
+    "cache-control",
+    "pragma",
+    "upgrade-insecure-requests",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-real-ip",
+    "x-request-id",
+    "authorization",
+    "if-none-match",
+    "if-modified-since",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+    "sec-fetch-user",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "dnt",
+    "x-requested-with",
+    "x-csrf-token",
+    "keep-alive",
+    "te",
+    "expect",
+    "range",
+    "if-range",
+    "via",
+    "forwarded",
+    "transfer-encoding",
 ];
 
 /// Interned names are never freed, so the cache stops growing here: a
@@ -134,7 +166,10 @@ fn header_cache() -> std::sync::MutexGuard<'static, HeaderCache> {
 fn cgi_name(name: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + 5);
     out.extend_from_slice(b"HTTP_");
-    out.extend(name.iter().map(|&b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }));
+    out.extend(
+        name.iter()
+            .map(|&b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }),
+    );
     out
 }
 
@@ -190,7 +225,11 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
     set(k.path_info, bytes(&head.path));
     set(k.request_path, bytes(&head.path));
     set(k.request_uri, bytes(&head.target));
-    let query = if head.query.is_empty() { ruby.get_inner(k.empty).as_value() } else { bytes(&head.query) };
+    let query = if head.query.is_empty() {
+        ruby.get_inner(k.empty).as_value()
+    } else {
+        bytes(&head.query)
+    };
     set(k.query_string, query);
     let version = match head.version {
         Version::Http11 => k.http11,
@@ -201,25 +240,36 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
     set(k.remote_addr, ruby.str_new(&job.conn.peer_addr).as_value());
 
     let listener = &job.conn.listener;
+    let default_port = || {
+        ruby.str_new(if listener.url_scheme == "https" { "443" } else { "80" })
+            .as_value()
+    };
     match head.host.as_deref().map(split_host) {
         Some((name, port)) => {
             set(k.server_name, bytes(name));
             let port = match port {
                 Some(p) if !p.is_empty() => bytes(p),
-                _ => ruby.str_new(if listener.url_scheme == "https" { "443" } else { "80" }).as_value(),
+                _ => default_port(),
             };
             set(k.server_port, port);
         }
         None => {
             set(k.server_name, ruby.str_new(&listener.server_name).as_value());
-            set(k.server_port, ruby.str_new(&listener.server_port.to_string()).as_value());
+            // A unix socket has no port (0): the scheme's default, as Puma.
+            let port = match listener.server_port {
+                0 => default_port(),
+                p => ruby.str_new(&p.to_string()).as_value(),
+            };
+            set(k.server_port, port);
         }
     }
 
     set_headers(ruby, env, job)?;
     if head.framing == Framing::Chunked {
         // The body was de-chunked; the app sees its real length instead.
-        set(k.content_length, ruby.str_new(&job.body.len().to_string()).as_value());
+        // The body has already moved into `input`, so its length is there.
+        let len = magnus::typed_data::Obj::<Input>::try_convert(input)?.size();
+        set(k.content_length, ruby.str_new(&len.to_string()).as_value());
     }
 
     set(k.rack_input, input);
@@ -240,10 +290,17 @@ fn set_headers(ruby: &Ruby, env: RHash, job: &Job) -> Result<(), Error> {
     let mut cache = header_cache();
     let mut joined: Vec<u8> = Vec::new();
     for (i, (name, value)) in headers.iter().enumerate() {
-        if headers[..i].iter().any(|(earlier, _)| earlier.eq_ignore_ascii_case(name)) {
+        if headers[..i]
+            .iter()
+            .any(|(earlier, _)| earlier.eq_ignore_ascii_case(name))
+        {
             continue;
         }
-        if name.contains(&b'_') && headers.iter().any(|(other, _)| same_cgi_name(other, name) && !other.contains(&b'_')) {
+        if name.contains(&b'_')
+            && headers
+                .iter()
+                .any(|(other, _)| same_cgi_name(other, name) && !other.contains(&b'_'))
+        {
             continue;
         }
         let key = if name.eq_ignore_ascii_case(b"content-type") {
@@ -255,11 +312,18 @@ fn set_headers(ruby: &Ruby, env: RHash, job: &Job) -> Result<(), Error> {
         } else {
             header_key(ruby, &mut cache, name)
         };
-        let mut repeats = headers[i + 1..].iter().filter(|(later, _)| later.eq_ignore_ascii_case(name)).peekable();
+        let mut repeats = headers[i + 1..]
+            .iter()
+            .filter(|(later, _)| later.eq_ignore_ascii_case(name))
+            .peekable();
         let value = if repeats.peek().is_none() {
             ruby.str_from_slice(value)
         } else {
-            let separator: &[u8] = if name.eq_ignore_ascii_case(b"cookie") { b"; " } else { b", " };
+            let separator: &[u8] = if name.eq_ignore_ascii_case(b"cookie") {
+                b"; "
+            } else {
+                b", "
+            };
             joined.clear();
             joined.extend_from_slice(value);
             for (_, more) in repeats {

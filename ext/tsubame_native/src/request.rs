@@ -63,7 +63,10 @@ impl Request {
     /// Builds the env on top of `base` (the per-server constant keys).
     pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
         let Some(mut job) = rb_self.job.borrow_mut().take() else {
-            return Err(Error::new(ruby.exception_runtime_error(), "env already built for this request"));
+            return Err(Error::new(
+                ruby.exception_runtime_error(),
+                "env already built for this request",
+            ));
         };
         let body = std::mem::replace(&mut job.body, tsubame_engine::body::Body::Empty);
         let input = ruby.obj_wrap(Input::new(body)).as_value();
@@ -85,7 +88,7 @@ impl Request {
     /// body, or no body at all) and returns true. Otherwise returns a
     /// `Stream` the caller feeds the body into.
     pub fn respond(ruby: &Ruby, rb_self: &Self, status: Value, headers: Value, body: Value) -> Result<Value, Error> {
-        let status = i64::try_convert(status).map_err(|_| arg_error(ruby, format!("response status must be an Integer, got {}", status.inspect())))?;
+        let status = status_code(ruby, status)?;
         let mut head = ResponseHead::new(status).map_err(|e| arg_error(ruby, e.to_string()))?;
         let hijack = add_headers(ruby, &mut head, headers)?;
         let version = rb_self.head.version;
@@ -98,15 +101,24 @@ impl Request {
         if is_head || status_has_no_body(status) {
             let finished = head.finish_full(0, is_head, rb_self.keep_alive, version);
             let close = !finished.keep_alive;
-            rb_self.send(ruby, Reply::Full { status, data: Bytes::from(finished.bytes), body_len: 0, close })?;
+            rb_self.send(
+                ruby,
+                Reply::Full {
+                    status,
+                    data: Bytes::from(finished.bytes),
+                    body_len: 0,
+                    close,
+                },
+            )?;
             return Ok(ruby.qtrue().as_value());
         }
         if let Some(parts) = RArray::from_value(body) {
             let mut total = 0usize;
             with_elements(parts, |items| {
                 items.iter().try_for_each(|item| {
-                    let part = RString::from_value(*item)
-                        .ok_or_else(|| Error::new(ruby.exception_type_error(), "response body parts must be Strings"))?;
+                    let part = RString::from_value(*item).ok_or_else(|| {
+                        Error::new(ruby.exception_type_error(), "response body parts must be Strings")
+                    })?;
                     total += part.len();
                     Ok::<(), Error>(())
                 })
@@ -121,7 +133,15 @@ impl Request {
                 }
             });
             let close = !finished.keep_alive;
-            rb_self.send(ruby, Reply::Full { status, data: Bytes::from(finished.bytes), body_len: total as u64, close })?;
+            rb_self.send(
+                ruby,
+                Reply::Full {
+                    status,
+                    data: Bytes::from(finished.bytes),
+                    body_len: total as u64,
+                    close,
+                },
+            )?;
             return Ok(ruby.qtrue().as_value());
         }
         if body.respond_to("to_path", false)? {
@@ -133,7 +153,16 @@ impl Request {
                         let len = meta.len();
                         let finished = head.finish_full(len, false, rb_self.keep_alive, version);
                         let close = !finished.keep_alive;
-                        rb_self.send(ruby, Reply::File { status, head: Bytes::from(finished.bytes), file, len, close })?;
+                        rb_self.send(
+                            ruby,
+                            Reply::File {
+                                status,
+                                head: Bytes::from(finished.bytes),
+                                file,
+                                len,
+                                close,
+                            },
+                        )?;
                         return Ok(ruby.qtrue().as_value());
                     }
                 }
@@ -171,7 +200,12 @@ impl Request {
         let fd = match received {
             Some(Ok(Ok(fd))) => fd,
             Some(Ok(Err(e))) => return Err(Error::new(ruby.exception_io_error(), format!("hijack failed: {e}"))),
-            _ => return Err(Error::new(ruby.exception_io_error(), "hijack failed: connection already closed")),
+            _ => {
+                return Err(Error::new(
+                    ruby.exception_io_error(),
+                    "hijack failed: connection already closed",
+                ))
+            }
         };
         let socket_class: Value = ruby.class_object().const_get("BasicSocket")?;
         let io: Value = socket_class.funcall("for_fd", (fd.into_raw_fd(),))?;
@@ -193,17 +227,36 @@ impl Request {
     }
 }
 
+/// Rack 3 requires an Integer status; Rack 2's SPEC only asks that its
+/// `to_i` be at least 100, so a String such as "200" is taken as well.
+fn status_code(ruby: &Ruby, status: Value) -> Result<i64, Error> {
+    let not_integer = || {
+        arg_error(
+            ruby,
+            format!("response status must be an Integer, got {}", status.inspect()),
+        )
+    };
+    if let Some(text) = RString::from_value(status) {
+        let code: Value = text.funcall("to_i", ())?;
+        return i64::try_convert(code).map_err(|_| not_integer());
+    }
+    i64::try_convert(status).map_err(|_| not_integer())
+}
+
 /// Copies the app's headers into `head`; returns whether they ask for a
 /// partial hijack (`rack.hijack`). Other `rack.` keys are server-private
 /// and never sent.
 fn add_headers(ruby: &Ruby, head: &mut ResponseHead, headers: Value) -> Result<bool, Error> {
-    let headers = RHash::from_value(headers).ok_or_else(|| {
-        Error::new(ruby.exception_type_error(), "response headers must be a Hash")
-    })?;
+    let headers = RHash::from_value(headers)
+        .ok_or_else(|| Error::new(ruby.exception_type_error(), "response headers must be a Hash"))?;
     let mut hijack = false;
     headers.foreach(|name: Value, value: Value| {
-        let name = RString::from_value(name)
-            .ok_or_else(|| Error::new(ruby.exception_type_error(), format!("response header names must be Strings, got {}", name.inspect())))?;
+        let name = RString::from_value(name).ok_or_else(|| {
+            Error::new(
+                ruby.exception_type_error(),
+                format!("response header names must be Strings, got {}", name.inspect()),
+            )
+        })?;
         let is_rack_key = with_bytes(name, |n| n.starts_with(b"rack."));
         if is_rack_key {
             hijack |= with_bytes(name, |n| n == b"rack.hijack");
@@ -213,15 +266,17 @@ fn add_headers(ruby: &Ruby, head: &mut ResponseHead, headers: Value) -> Result<b
             add_one(ruby, head, name, value)?;
         } else if let Some(values) = RArray::from_value(value) {
             for item in values.into_iter() {
-                let item = RString::from_value(item).ok_or_else(|| {
-                    Error::new(ruby.exception_type_error(), "response header values must be Strings")
-                })?;
+                let item = RString::from_value(item)
+                    .ok_or_else(|| Error::new(ruby.exception_type_error(), "response header values must be Strings"))?;
                 add_one(ruby, head, name, item)?;
             }
         } else {
             return Err(Error::new(
                 ruby.exception_type_error(),
-                format!("response header {} must be a String or an Array of Strings", name.inspect()),
+                format!(
+                    "response header {} must be a String or an Array of Strings",
+                    name.inspect()
+                ),
             ));
         }
         Ok(magnus::r_hash::ForEach::Continue)

@@ -54,7 +54,10 @@ impl OptionReader<'_> {
         match self.get::<f64>(key)? {
             None => Ok(default),
             Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
-            Some(s) => Err(Error::new(self.ruby.exception_arg_error(), format!("option {key}: must be a positive number of seconds, got {s}"))),
+            Some(s) => Err(Error::new(
+                self.ruby.exception_arg_error(),
+                format!("option {key}: must be a positive number of seconds, got {s}"),
+            )),
         }
     }
 }
@@ -72,7 +75,10 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         Ok(magnus::r_hash::ForEach::Continue)
     })?;
     if !unknown.is_empty() {
-        return Err(Error::new(ruby.exception_arg_error(), format!("unknown engine options: {}", unknown.join(", "))));
+        return Err(Error::new(
+            ruby.exception_arg_error(),
+            format!("unknown engine options: {}", unknown.join(", ")),
+        ));
     }
     let r = OptionReader { ruby, hash };
     let d = EngineOptions::default();
@@ -102,7 +108,9 @@ impl Server {
     pub fn new(ruby: &Ruby, options: RHash) -> Result<Server, Error> {
         let opts = engine_options(ruby, options)?;
         let engine = Engine::bind(opts).map_err(|e| Error::new(bind_error(ruby), e.to_string()))?;
-        Ok(Server { engine: Arc::new(engine) })
+        Ok(Server {
+            engine: Arc::new(engine),
+        })
     }
 
     pub fn addresses(&self) -> Vec<String> {
@@ -195,4 +203,3 @@ impl Server {
         self.engine.queue().len()
     }
 }
-

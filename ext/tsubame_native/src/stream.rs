@@ -19,7 +19,9 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(tx: StreamSender) -> Stream {
-        Stream { tx: RefCell::new(Some(tx)) }
+        Stream {
+            tx: RefCell::new(Some(tx)),
+        }
     }
 
     fn send(ruby: &Ruby, rb_self: &Self, msg: StreamMsg) -> Result<(), Error> {
@@ -102,11 +104,7 @@ trait StrConvert {
 
 impl StrConvert for RString {
     fn try_convert_str(ruby: &Ruby, value: Value) -> Result<RString, Error> {
-        RString::from_value(value).ok_or_else(|| {
-            Error::new(
-                ruby.exception_type_error(),
-                "response body chunks must be Strings",
-            )
-        })
+        RString::from_value(value)
+            .ok_or_else(|| Error::new(ruby.exception_type_error(), "response body chunks must be Strings"))
     }
 }
