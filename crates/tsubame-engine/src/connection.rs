@@ -8,6 +8,7 @@ use crate::error::HttpError;
 use crate::job::{ConnInfo, Job};
 use crate::log::{self, AccessEntry};
 use crate::parse::{parse_head, Framing, RequestHead};
+use crate::queue::Pushed;
 use crate::reply::{Reply, StreamFraming, StreamMsg};
 use crate::response::error_response;
 use crate::server::Shared;
@@ -106,10 +107,11 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             reply: reply_tx,
             received_at,
         };
-        if shared.queue.push(job).is_err() {
-            return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await;
-        }
-        let reply = match reply_rx.await {
+        let pushed = match shared.queue.push(job) {
+            Ok(pushed) => pushed,
+            Err(_) => return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await,
+        };
+        let reply = match await_reply(reply_rx, pushed, &shared).await {
             Ok(reply) => reply,
             Err(_) => {
                 log::error("an application thread dropped a request without answering it");
@@ -153,6 +155,17 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             }
         }
     }
+}
+
+async fn await_reply(
+    reply_rx: oneshot::Receiver<Reply>,
+    pushed: Pushed,
+    shared: &Shared,
+) -> Result<Reply, oneshot::error::RecvError> {
+    if pushed == Pushed::NudgeLater {
+        shared.nudger.notify_one();
+    }
+    reply_rx.await
 }
 
 fn reply_status(reply: &Reply) -> u16 {

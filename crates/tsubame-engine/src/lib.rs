@@ -25,6 +25,6 @@ pub mod stream_channel;
 pub use error::{BindError, HttpError};
 pub use job::{ConnInfo, Job};
 pub use options::EngineOptions;
-pub use queue::{JobQueue, Pop};
+pub use queue::{JobQueue, Pop, Pushed};
 pub use reply::{Reply, StreamMsg};
 pub use server::Engine;

@@ -4,6 +4,15 @@
 //! Ruby threads that have released the GVL. A popper first tries without
 //! blocking (while it still holds the GVL), so a busy thread keeps taking
 //! work with no sleep, wake-up or GVL hand-off per request.
+//!
+//! Waking an idle thread while another is running Ruby code mostly buys a
+//! futex wake and a GVL hand-off: the woken thread cannot run until the GVL
+//! is free, and by then the running thread has usually taken the job
+//! itself. So a push wakes a waiter at once only when no thread is running
+//! a request; otherwise the engine's nudger (server.rs) looks again every
+//! `NUDGE_INTERVAL` while jobs are queued, and wakes a waiter only when no
+//! job was taken since its last look: the running threads are stuck (in
+//! I/O, say) and an idle thread is worth its wake-up.
 
 use crate::job::Job;
 use std::collections::VecDeque;
@@ -14,7 +23,21 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 struct State {
     jobs: VecDeque<Job>,
     waiting: usize,
+    /// Threads that took a job and have not asked for the next one.
+    running: usize,
+    /// Jobs taken so far, so the nudger can tell whether threads progress.
+    taken: u64,
     closed: bool,
+}
+
+/// What `push` did about waking an application thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// A waiter was woken, or none was idle to wake.
+    Done,
+    /// A thread is running a request and will likely take this job; the
+    /// nudger must watch the queue in case it does not.
+    NudgeLater,
 }
 
 #[derive(Default)]
@@ -49,24 +72,55 @@ impl JobQueue {
     }
 
     /// Refuses (dropping the job) once the queue is closed.
-    pub fn push(&self, job: Job) -> Result<(), QueueClosed> {
+    pub fn push(&self, job: Job) -> Result<Pushed, QueueClosed> {
         let mut state = self.lock();
         if state.closed {
             return Err(QueueClosed);
         }
         state.jobs.push_back(job);
-        let wake = state.waiting > 0;
+        if state.waiting == 0 {
+            return Ok(Pushed::Done);
+        }
+        if state.running > 0 {
+            return Ok(Pushed::NudgeLater);
+        }
+        drop(state);
+        self.ready.notify_one();
+        Ok(Pushed::Done)
+    }
+
+    /// Wakes a waiter if jobs are queued and none was taken since
+    /// `taken_before`. Returns the current taken count, or `None` once the
+    /// queue is empty (nothing left to watch).
+    pub fn nudge(&self, taken_before: u64) -> Option<u64> {
+        let state = self.lock();
+        if state.jobs.is_empty() {
+            return None;
+        }
+        let taken = state.taken;
+        let wake = state.waiting > 0 && taken == taken_before;
         drop(state);
         if wake {
             self.ready.notify_one();
         }
-        Ok(())
+        Some(taken)
+    }
+
+    pub fn taken(&self) -> u64 {
+        self.lock().taken
+    }
+
+    /// An application thread finished the job it took.
+    pub fn finished(&self) {
+        let mut state = self.lock();
+        state.running = state.running.saturating_sub(1);
     }
 
     /// Returns a job taken by a thread that could not run it, ahead of
     /// the rest, so it is not lost and does not lose its place.
     pub fn push_front(&self, job: Job) {
         let mut state = self.lock();
+        state.running = state.running.saturating_sub(1);
         state.jobs.push_front(job);
         let wake = state.waiting > 0;
         drop(state);
@@ -78,7 +132,11 @@ impl JobQueue {
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
         match state.jobs.pop_front() {
-            Some(job) => Pop::Job(Box::new(job)),
+            Some(job) => {
+                state.running += 1;
+                state.taken += 1;
+                Pop::Job(Box::new(job))
+            }
             None if state.closed => Pop::Closed,
             None => Pop::Empty,
         }
@@ -90,6 +148,8 @@ impl JobQueue {
         let mut state = self.lock();
         loop {
             if let Some(job) = state.jobs.pop_front() {
+                state.running += 1;
+                state.taken += 1;
                 return Pop::Job(Box::new(job));
             }
             if state.closed {
@@ -139,5 +199,69 @@ impl JobQueue {
 
     pub fn waiting(&self) -> usize {
         self.lock().waiting
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::Body;
+    use crate::job::{ConnInfo, ListenerInfo};
+    use crate::parse::{parse_head, Limits};
+    use std::sync::Arc;
+
+    fn job() -> Job {
+        let mut buf = bytes::BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..]);
+        let limits = Limits {
+            max_uri_size: 100,
+            max_header_size: 1000,
+            max_headers: 10,
+        };
+        let head = parse_head(&mut buf, &limits).unwrap().unwrap();
+        let listener = Arc::new(ListenerInfo {
+            server_name: "a".into(),
+            server_port: 1,
+            url_scheme: "http",
+        });
+        Job {
+            head,
+            body: Body::Empty,
+            conn: Arc::new(ConnInfo {
+                peer_addr: "127.0.0.1".into(),
+                listener,
+            }),
+            reply: tokio::sync::oneshot::channel().0,
+            received_at: std::time::Instant::now(),
+            keep_alive: true,
+        }
+    }
+
+    #[test]
+    fn defers_wake_ups_while_a_thread_runs_and_nudges_only_without_progress() {
+        let q = JobQueue::new();
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "no waiter");
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        // One thread running, one waiting: a push must not wake at once.
+        q.lock().waiting = 1;
+        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater);
+        let before = q.taken();
+        assert_eq!(q.nudge(before), Some(before), "no progress: wakes, keeps watching");
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        assert_eq!(q.nudge(before), None, "queue empty: stop watching");
+        q.finished();
+        q.finished();
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
+    }
+
+    #[test]
+    fn closed_queue_hands_out_what_it_has_then_reports_closed() {
+        let q = JobQueue::new();
+        q.push(job()).unwrap();
+        q.close();
+        assert!(q.push(job()).is_err());
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        assert!(matches!(q.try_pop(), Pop::Closed));
+        let flag = AtomicBool::new(false);
+        assert!(matches!(q.pop_wait(&flag), Pop::Closed));
     }
 }

@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub stop_notify: Notify,
     /// Signalled whenever a connection closes while stopping.
     conn_closed: Notify,
+    /// Arms the nudger (see `queue.rs`).
+    pub nudger: Notify,
 }
 
 impl Shared {
@@ -90,6 +92,7 @@ impl Engine {
                 stopping: AtomicBool::new(false),
                 stop_notify: Notify::new(),
                 conn_closed: Notify::new(),
+                nudger: Notify::new(),
             }),
             listeners: Mutex::new(listeners),
             addresses,
@@ -154,6 +157,7 @@ impl Engine {
         }
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
+        runtime.spawn(nudge_queue(self.shared.clone()));
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
         Ok(())
     }
@@ -263,6 +267,26 @@ fn block_signals() {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut set);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// How often the nudger looks at a queue whose jobs wait for a thread that
+/// is already running a request.
+const NUDGE_INTERVAL: Duration = Duration::from_micros(500);
+
+/// Wakes an idle application thread when queued jobs make no progress
+/// (see `queue.rs`). Sleeps on `nudger` while there is nothing to watch.
+async fn nudge_queue(shared: Arc<Shared>) {
+    loop {
+        shared.nudger.notified().await;
+        let mut taken = shared.queue.taken();
+        loop {
+            tokio::time::sleep(NUDGE_INTERVAL).await;
+            match shared.queue.nudge(taken) {
+                Some(now) => taken = now,
+                None => break,
+            }
+        }
     }
 }
 

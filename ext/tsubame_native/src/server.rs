@@ -10,6 +10,12 @@ use std::time::Duration;
 use tsubame_engine::server::StopOutcome;
 use tsubame_engine::{Engine, EngineOptions, Pop};
 
+thread_local! {
+    /// Whether this Ruby thread (1:1 with an OS thread in Ruby 3.1) took a
+    /// job on its last `next_request`; asking again means it finished it.
+    static HOLDING_JOB: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 #[magnus::wrap(class = "Tsubame::Native::Server", free_immediately, size)]
 pub struct Server {
     engine: Arc<Engine>,
@@ -133,6 +139,9 @@ impl Server {
     /// queued request has been handed out. Waits with the GVL released.
     pub fn next_request(ruby: &Ruby, rb_self: &Self) -> Result<Option<Request>, Error> {
         let queue = rb_self.engine.queue();
+        if HOLDING_JOB.with(|h| h.replace(false)) {
+            queue.finished();
+        }
         loop {
             let pop = match queue.try_pop() {
                 Pop::Empty => {
@@ -157,7 +166,10 @@ impl Server {
                 other => other,
             };
             match pop {
-                Pop::Job(job) => return Ok(Some(Request::new(*job))),
+                Pop::Job(job) => {
+                    HOLDING_JOB.with(|h| h.set(true));
+                    return Ok(Some(Request::new(*job)));
+                }
                 Pop::Closed => return Ok(None),
                 Pop::Interrupted | Pop::Empty => ruby.thread_check_ints()?,
             }
