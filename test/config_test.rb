@@ -24,7 +24,17 @@ class ConfigTest < Minitest::Test
     body_timeout: 30.0,
     drain_timeout: 30.0,
     log_requests: false,
-    tcp_nodelay: true
+    tcp_nodelay: true,
+    request_timeout: nil,
+    request_timeout_grace: 10.0,
+    queue_timeout: 30.0,
+    max_queue: 1024,
+    max_connections: nil,
+    max_spooled_uploads: 32,
+    retry_after: 1,
+    health_check_path: nil,
+    readiness_check_path: nil,
+    readiness_queue_threshold: nil
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -122,6 +132,12 @@ class ConfigTest < Minitest::Test
 
   # --- DSL directives -----------------------------------------------------
 
+  def test_overload_settings_are_validated
+    assert_raises(Tsubame::ConfigError) { load_file(%(request_timeout 0\n)) }
+    assert_raises(Tsubame::ConfigError) { load_file(%(health_check_path "up"\n)) }
+    assert_raises(Tsubame::ConfigError) { load_file(%(max_queue(-1)\n)) }
+  end
+
   def test_directives_map_to_native_keys
     source = <<~RUBY
       threads 1, 16
@@ -139,6 +155,16 @@ class ConfigTest < Minitest::Test
       max_headers 50
       body_timeout 9
       tcp_nodelay false
+      request_timeout 15
+      request_timeout_grace 3
+      queue_timeout nil
+      max_queue 64
+      max_connections 500
+      max_spooled_uploads 4
+      retry_after 2
+      health_check_path "/up"
+      readiness_check_path "/ready"
+      readiness_queue_threshold 3
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -146,7 +172,10 @@ class ConfigTest < Minitest::Test
         binds: ["tcp://127.0.0.1:4000"], backlog: 2048, threads_min: 1, threads_max: 16,
         io_threads: 2, max_body_size: 10_000, spool_threshold: 1024, max_uri_size: 4096,
         max_header_size: 8192, max_headers: 50, first_data_timeout: 7.0, persistent_timeout: 5.0,
-        body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false
+        body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
+        request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
+        max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
+        readiness_check_path: "/ready", readiness_queue_threshold: 3
       },
       options.native
     )

@@ -37,6 +37,10 @@ module Tsubame
       log_line("error#{where} handling #{describe(env)}: #{error.class}: #{error.message}\n#{backtrace}")
     end
 
+    def log_line(message)
+      @log.write("[tsubame] #{Time.now.utc.strftime('%Y-%m-%dT%H:%M:%S.%3NZ')} #{message}\n")
+    end
+
     private
 
     def response_for(error, env)
@@ -66,10 +70,6 @@ module Tsubame
 
     def describe(env)
       "#{env['REQUEST_METHOD']} #{env['REQUEST_URI']}"
-    end
-
-    def log_line(message)
-      @log.write("[tsubame] #{Time.now.utc.strftime('%Y-%m-%dT%H:%M:%S.%3NZ')} #{message}\n")
     end
   end
 end

@@ -86,6 +86,25 @@ module Tsubame
       opts.on("--max-body-size BYTES", "Largest request body accepted (default: no limit)") do |n|
         @options.set(:max_body_size, n, layer: LAYER)
       end
+      opts.on("--request-timeout SECONDS", "503 when the app has not answered in time (default: off)") do |s|
+        @options.set(:request_timeout, s, layer: LAYER)
+      end
+      opts.on("--queue-timeout SECONDS",
+              "503 when no thread took the request in time (default #{defaults[:queue_timeout]})") do |s|
+        @options.set(:queue_timeout, s, layer: LAYER)
+      end
+      opts.on("--max-queue N", "503 at once when N requests already wait (default #{defaults[:max_queue]})") do |n|
+        @options.set(:max_queue, n, layer: LAYER)
+      end
+      opts.on("--max-connections N", "503 and close past N open connections (default: from ulimit -n)") do |n|
+        @options.set(:max_connections, n, layer: LAYER)
+      end
+      opts.on("--health-check-path PATH", "Liveness answered by the engine, never queued (default: off)") do |path|
+        @options.set(:health_check_path, path, layer: LAYER)
+      end
+      opts.on("--readiness-check-path PATH", "Readiness: 503 while busy or draining (default: off)") do |path|
+        @options.set(:readiness_check_path, path, layer: LAYER)
+      end
       opts.on("--drain-timeout SECONDS",
               "On TERM/INT, wait this long for requests in flight (default #{defaults[:drain_timeout]})") do |s|
         @options.set(:drain_timeout, s, layer: LAYER)

@@ -146,6 +146,49 @@ module Tsubame
       set(:body_timeout, seconds)
     end
 
+    # Answer 503 when the app has not started its response in time (nil:
+    # off), and raise Tsubame::RequestTimeout in the thread running it.
+    def request_timeout(seconds)
+      set(:request_timeout, seconds)
+    end
+
+    def request_timeout_grace(seconds)
+      set(:request_timeout_grace, seconds)
+    end
+
+    # Longest wait for a free thread before the engine answers 503.
+    def queue_timeout(seconds)
+      set(:queue_timeout, seconds)
+    end
+
+    def max_queue(count)
+      set(:max_queue, count)
+    end
+
+    def max_connections(count)
+      set(:max_connections, count)
+    end
+
+    def max_spooled_uploads(count)
+      set(:max_spooled_uploads, count)
+    end
+
+    def retry_after(seconds)
+      set(:retry_after, seconds)
+    end
+
+    def health_check_path(path)
+      set(:health_check_path, path)
+    end
+
+    def readiness_check_path(path)
+      set(:readiness_check_path, path)
+    end
+
+    def readiness_queue_threshold(count)
+      set(:readiness_queue_threshold, count)
+    end
+
     # Puma also takes :immediately and :forever. Waiting forever is not
     # offered: a stop must finish, so it has to have a bound.
     def force_shutdown_after(seconds)

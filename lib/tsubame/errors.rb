@@ -11,4 +11,9 @@ module Tsubame
 
   # Raised when a listener cannot be opened (address in use, permission...).
   class BindError < Error; end
+
+  # Raised inside the thread running a request whose deadline passed (see
+  # docs/OVERLOAD.md). It descends from Exception, not StandardError, so an
+  # app's `rescue => e` does not swallow it; `ensure` blocks still run.
+  class RequestTimeout < Exception; end # rubocop:disable Lint/InheritException
 end

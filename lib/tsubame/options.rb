@@ -36,6 +36,16 @@ module Tsubame
       drain_timeout: 30.0,
       log_requests: false,
       tcp_nodelay: true,
+      request_timeout: nil,
+      request_timeout_grace: 10.0,
+      queue_timeout: 30.0,
+      max_queue: 1024,
+      max_connections: nil,
+      max_spooled_uploads: 32,
+      retry_after: 1,
+      health_check_path: nil,
+      readiness_check_path: nil,
+      readiness_queue_threshold: nil,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -49,7 +59,9 @@ module Tsubame
       binds backlog threads_min threads_max io_threads max_body_size
       spool_threshold max_uri_size max_header_size max_headers
       first_data_timeout persistent_timeout body_timeout drain_timeout
-      log_requests tcp_nodelay
+      log_requests tcp_nodelay request_timeout request_timeout_grace
+      queue_timeout max_queue max_connections max_spooled_uploads retry_after
+      health_check_path readiness_check_path readiness_queue_threshold
     ].freeze
 
     KINDS = {
@@ -69,6 +81,16 @@ module Tsubame
       drain_timeout: :seconds,
       log_requests: :boolean,
       tcp_nodelay: :boolean,
+      request_timeout: :optional_seconds,
+      request_timeout_grace: :seconds,
+      queue_timeout: :optional_seconds,
+      max_queue: :optional_integer,
+      max_connections: :optional_integer,
+      max_spooled_uploads: :positive_integer,
+      retry_after: :integer,
+      health_check_path: :optional_path,
+      readiness_check_path: :optional_path,
+      readiness_queue_threshold: :optional_integer,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -186,6 +208,8 @@ module Tsubame
       when :positive_integer then integer(key, value, 1, "a positive integer")
       when :optional_integer then value.nil? ? nil : integer(key, value, 0, "a non-negative integer or nil")
       when :seconds then seconds(key, value)
+      when :optional_seconds then value.nil? || value == false ? nil : positive_seconds(key, value)
+      when :optional_path then value.nil? ? nil : path(key, value)
       when :boolean then boolean(key, value)
       when :string then string(key, value)
       when :optional_string then value.nil? ? nil : string(key, value)
@@ -205,6 +229,21 @@ module Tsubame
       raise ArgumentError
     rescue ArgumentError, TypeError
       raise ConfigError, "#{key} must be #{description} (got #{value.inspect})"
+    end
+
+    # Off is spelled nil (or false), so zero is a mistake worth reporting.
+    def positive_seconds(key, value)
+      number = seconds(key, value)
+      raise ConfigError, "#{key} must be more than 0 seconds, or nil to turn it off" unless number.positive?
+
+      number
+    end
+
+    def path(key, value)
+      text = string(key, value)
+      raise ConfigError, "#{key} must start with '/' (got #{text.inspect})" unless text.start_with?("/")
+
+      text
     end
 
     def seconds(key, value)

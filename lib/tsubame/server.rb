@@ -11,6 +11,7 @@ require "tsubame/errors"
 require "tsubame/tsubame_native"
 require "tsubame/stream"
 require "tsubame/app_errors"
+require "tsubame/request_timeouts"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -49,8 +50,10 @@ module Tsubame
     def start
       bind
       @base_env = base_env
+      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
+      @timeouts.start(@threads)
       self
     end
 
@@ -80,7 +83,9 @@ module Tsubame
     end
 
     def stats
-      @native.stats
+      stats = @native.stats
+      stats["stuck_threads"] = @timeouts ? @timeouts.stuck_count : 0
+      stats
     end
 
     private
@@ -97,15 +102,18 @@ module Tsubame
       Thread.new do
         Thread.current.name = "tsubame-#{index}"
         Thread.current.report_on_exception = false
-        serve_requests
+        serve_requests(index)
       end
     end
 
-    def serve_requests
+    def serve_requests(index)
       native = @native
       base = @base_env
-      while (request = native.next_request)
-        handle(request, request.env(base))
+      timeouts = @timeouts
+      timeouts.worker do
+        while (request = native.next_request)
+          timeouts.run(index, request) { handle(request, request.env(base)) }
+        end
       end
     end
 

@@ -1,8 +1,17 @@
-//! Turning `tcp://` and `unix://` bind URIs into listening sockets.
+//! Turning `tcp://` and `unix://` bind URIs into listening sockets, and
+//! `fd://N` into a listener adopted from an inherited descriptor.
+//!
+//! `fd://N` is how cluster workers and a re-executed master (hot restart)
+//! serve sockets another process bound: the engine listens on a duplicate
+//! of N and never closes N itself, so whoever owns N decides when the
+//! socket really closes. An adopted unix listener carries no path, so the
+//! engine that adopted it never removes the socket file either: the file
+//! belongs to the process that bound it.
 
 use crate::error::BindError;
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -11,6 +20,7 @@ use std::path::PathBuf;
 pub enum BindTarget {
     Tcp { host: String, port: u16 },
     Unix(PathBuf),
+    Fd(RawFd),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +86,10 @@ impl BindSpec {
                 }
                 BindTarget::Unix(PathBuf::from(location))
             }
+            "fd" => match location.parse::<RawFd>() {
+                Ok(fd) if fd >= 0 => BindTarget::Fd(fd),
+                _ => return Err(invalid("expected fd://N with N a file descriptor number")),
+            },
             "ssl" => return Err(invalid("ssl:// binds are not supported yet")),
             other => return Err(invalid(&format!("unsupported scheme '{other}'"))),
         };
@@ -126,8 +140,45 @@ impl BindSpec {
                     listener: Listener::Unix(listener, path.clone()),
                 }])
             }
+            BindTarget::Fd(fd) => adopt(*fd).map(|bound| vec![bound]).map_err(io_err),
         }
     }
+}
+
+/// Listens on a duplicate of the inherited descriptor `fd`, which must be a
+/// listening stream socket (TCP or UNIX).
+fn adopt(fd: RawFd) -> std::io::Result<Bound> {
+    // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags; it fails
+    // with EBADF, touching nothing, when fd is not open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd was just checked to be open, and the borrow ends within
+    // this call, before anything here could close it.
+    let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+    let socket = Socket::from(owned);
+    let not_a_listener = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a listening stream socket");
+    if socket.r#type()? != Type::STREAM || !socket.is_listener()? {
+        return Err(not_a_listener());
+    }
+    socket.set_nonblocking(true)?;
+    let local = socket.local_addr()?;
+    if let Some(addr) = local.as_socket() {
+        let listener: TcpListener = socket.into();
+        return Ok(Bound {
+            address: format!("tcp://{}", format_addr(&addr)),
+            server_name: addr.ip().to_string(),
+            server_port: addr.port(),
+            listener: Listener::Tcp(listener),
+        });
+    }
+    let path = local.as_pathname().map(PathBuf::from).ok_or_else(not_a_listener)?;
+    Ok(Bound {
+        address: format!("unix://{}", path.display()),
+        server_name: "localhost".into(),
+        server_port: 0,
+        listener: Listener::Unix(socket.into(), PathBuf::new()),
+    })
 }
 
 fn split_host_port(location: &str) -> Option<(String, u16)> {
@@ -217,6 +268,7 @@ mod tests {
         assert_eq!(spec.backlog, Some(64));
         let spec = BindSpec::parse("unix:///tmp/t.sock").unwrap();
         assert_eq!(spec.target, BindTarget::Unix("/tmp/t.sock".into()));
+        assert_eq!(BindSpec::parse("fd://7").unwrap().target, BindTarget::Fd(7));
     }
 
     #[test]
@@ -228,6 +280,9 @@ mod tests {
             "ftp://x:1",
             "tcp://h:1?bogus=1",
             "unix://",
+            "fd://",
+            "fd://-1",
+            "fd://x",
         ] {
             let err = BindSpec::parse(uri).unwrap_err().to_string();
             assert!(err.starts_with(uri), "{err}");
@@ -253,5 +308,54 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         let err = BindSpec::parse(&format!("unix://{}", file.display())).unwrap().bind(16);
         assert!(err.is_err());
+    }
+
+    #[test]
+    fn adopts_a_duplicate_of_an_inherited_listener_and_leaves_the_original_open() {
+        use std::os::fd::AsRawFd;
+        let original = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = original.local_addr().unwrap().port();
+        let uri = format!("fd://{}", original.as_raw_fd());
+        let bound = BindSpec::parse(&uri).unwrap().bind(16).unwrap();
+        assert_eq!(bound[0].address, format!("tcp://127.0.0.1:{port}"));
+        assert_eq!(bound[0].server_port, port);
+        drop(bound);
+        // The duplicate is gone; the original still accepts.
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        assert!(original.accept().is_ok());
+        drop(client);
+    }
+
+    #[test]
+    fn adopted_unix_listener_keeps_no_path_to_remove() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sock");
+        let original = UnixListener::bind(&path).unwrap();
+        let bound = BindSpec::parse(&format!("fd://{}", original.as_raw_fd()))
+            .unwrap()
+            .bind(16)
+            .unwrap();
+        assert_eq!(bound[0].address, format!("unix://{}", path.display()));
+        match &bound[0].listener {
+            Listener::Unix(_, owned_path) => assert!(owned_path.as_os_str().is_empty()),
+            other => panic!("expected a unix listener, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn refuses_descriptors_that_are_not_listening_sockets() {
+        use std::os::fd::AsRawFd;
+        let file = tempfile::tempfile().unwrap();
+        assert!(BindSpec::parse(&format!("fd://{}", file.as_raw_fd()))
+            .unwrap()
+            .bind(16)
+            .is_err());
+        let unlistened = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(BindSpec::parse(&format!("fd://{}", unlistened.as_raw_fd()))
+            .unwrap()
+            .bind(16)
+            .is_err());
+        assert!(BindSpec::parse("fd://100000").unwrap().bind(16).is_err());
     }
 }

@@ -2,10 +2,12 @@
 //! file once it passes the spool threshold, so a large upload costs disk,
 //! not heap, and the application thread gets it whole.
 
-use crate::error::HttpError;
+use crate::error::{HttpError, ShedReason};
 use bytes::{Bytes, BytesMut};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub enum Body {
@@ -32,27 +34,76 @@ impl Body {
     }
 }
 
+/// Caps how many bodies are written to disk at once, so a flood of large
+/// uploads cannot fill the disk or its bandwidth all together.
+#[derive(Debug)]
+pub struct SpoolGate {
+    active: AtomicUsize,
+    max: usize,
+}
+
+impl SpoolGate {
+    pub fn new(max: usize) -> Arc<SpoolGate> {
+        Arc::new(SpoolGate {
+            active: AtomicUsize::new(0),
+            max,
+        })
+    }
+
+    fn enter(self: &Arc<Self>) -> Result<SpoolPermit, HttpError> {
+        let max = self.max;
+        self.active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .map(|_| SpoolPermit(self.clone()))
+            .map_err(|_| HttpError::Unavailable(ShedReason::Uploads))
+    }
+
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Acquire)
+    }
+}
+
+struct SpoolPermit(Arc<SpoolGate>);
+
+impl Drop for SpoolPermit {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 pub struct BodySink {
     memory: BytesMut,
     file: Option<File>,
     len: u64,
     threshold: u64,
     limit: Option<u64>,
+    gate: Arc<SpoolGate>,
+    _permit: Option<SpoolPermit>,
 }
 
 impl BodySink {
     /// `expected` is the Content-Length when known, so a body that will be
     /// spooled goes straight to disk and one that fits is allocated once.
-    pub fn new(expected: Option<u64>, threshold: u64, limit: Option<u64>) -> Result<Self, HttpError> {
+    pub fn new(
+        expected: Option<u64>,
+        threshold: u64,
+        limit: Option<u64>,
+        gate: &Arc<SpoolGate>,
+    ) -> Result<Self, HttpError> {
         let mut sink = BodySink {
             memory: BytesMut::new(),
             file: None,
             len: 0,
             threshold,
             limit,
+            gate: gate.clone(),
+            _permit: None,
         };
         match expected {
-            Some(n) if n > threshold => sink.file = Some(spool_file()?),
+            Some(n) if n > threshold => {
+                sink._permit = Some(sink.gate.enter()?);
+                sink.file = Some(spool_file()?);
+            }
             Some(n) => sink.memory.reserve(n as usize),
             None => {}
         }
@@ -65,6 +116,7 @@ impl BodySink {
             return Err(HttpError::PayloadTooLarge);
         }
         if self.file.is_none() && self.len > self.threshold {
+            self._permit = Some(self.gate.enter()?);
             let mut file = spool_file()?;
             file.write_all(&self.memory).map_err(spool_error)?;
             self.memory = BytesMut::new();
@@ -110,14 +162,14 @@ mod tests {
 
     #[test]
     fn small_bodies_stay_in_memory() {
-        let mut sink = BodySink::new(Some(5), 10, None).unwrap();
+        let mut sink = BodySink::new(Some(5), 10, None, &SpoolGate::new(1)).unwrap();
         sink.push(b"hello").unwrap();
         assert!(matches!(sink.finish().unwrap(), Body::Memory(b) if &b[..] == b"hello"));
     }
 
     #[test]
     fn bodies_past_the_threshold_spool_to_disk_intact() {
-        let mut sink = BodySink::new(None, 10, None).unwrap();
+        let mut sink = BodySink::new(None, 10, None, &SpoolGate::new(1)).unwrap();
         for _ in 0..100 {
             sink.push(b"0123456789").unwrap();
         }
@@ -133,8 +185,20 @@ mod tests {
     }
 
     #[test]
+    fn the_spool_gate_caps_concurrent_disk_bodies() {
+        let gate = SpoolGate::new(1);
+        let first = BodySink::new(Some(100), 10, None, &gate).unwrap();
+        assert_eq!(gate.active(), 1);
+        let second = BodySink::new(Some(100), 10, None, &gate);
+        assert_eq!(second.err(), Some(HttpError::Unavailable(ShedReason::Uploads)));
+        drop(first);
+        assert_eq!(gate.active(), 0);
+        assert!(BodySink::new(Some(100), 10, None, &gate).is_ok());
+    }
+
+    #[test]
     fn the_limit_gives_413() {
-        let mut sink = BodySink::new(None, 10, Some(15)).unwrap();
+        let mut sink = BodySink::new(None, 10, Some(15), &SpoolGate::new(1)).unwrap();
         sink.push(b"0123456789").unwrap();
         assert_eq!(sink.push(b"0123456789").unwrap_err(), HttpError::PayloadTooLarge);
     }

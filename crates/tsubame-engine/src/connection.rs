@@ -4,13 +4,14 @@
 
 use crate::body::{Body, BodySink};
 use crate::chunked::{ChunkedDecoder, Decoded};
-use crate::error::HttpError;
-use crate::job::{ConnInfo, Job};
+use crate::error::{HttpError, ShedReason};
+use crate::health;
+use crate::job::{ConnInfo, Job, JobState};
 use crate::log::{self, AccessEntry};
 use crate::parse::{parse_head, Framing, RequestHead};
-use crate::queue::Pushed;
+use crate::queue::{PushError, Pushed};
 use crate::reply::{Reply, StreamFraming, StreamMsg};
-use crate::response::error_response;
+use crate::response::{error_response, unavailable_response};
 use crate::server::Shared;
 use crate::stats::Stats;
 use bytes::{Bytes, BytesMut};
@@ -93,27 +94,60 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             Err(ReadError::Io) => return,
             Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
         };
+        if let Some(probe) = health::answer(&head, &shared) {
+            // Probes are answered here and never reach the queue.
+            let keep = head.keep_alive && !shared.is_stopping();
+            if !matches!(
+                timeout(shared.opts.body_timeout, io.write_all(&probe)).await,
+                Ok(Ok(()))
+            ) || !keep
+            {
+                return;
+            }
+            continue;
+        }
         Stats::bump(&shared.stats.requests_total);
         let log_line = shared
             .opts
             .log_requests
             .then(|| (head.method.clone(), head.target.clone(), head.version.as_str()));
+        let wants_json = accepts_json(&head);
+        let keep_alive = head.keep_alive && !shared.is_stopping();
+        let version = head.version;
         let (reply_tx, reply_rx) = oneshot::channel();
+        let state = Arc::new(JobState::new(shared.opts.request_timeout));
+        let seq = shared.next_seq();
+        let described = describe(&head, &conn);
         let job = Job {
-            keep_alive: head.keep_alive && !shared.is_stopping(),
+            keep_alive,
             head,
             body,
             conn: conn.clone(),
             reply: reply_tx,
             received_at,
+            seq,
+            state: state.clone(),
+            queued_at: received_at,
         };
-        let pushed = match shared.queue.push(job) {
-            Ok(pushed) => pushed,
-            Err(_) => return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await,
+        let answer = match shared.queue.push(job) {
+            Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
+            Err(PushError::Full) => Answer::Shed(ShedReason::QueueFull),
+            Err(PushError::Closed) => {
+                return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await
+            }
         };
-        let reply = match await_reply(reply_rx, pushed, &shared).await {
-            Ok(reply) => reply,
-            Err(_) => {
+        let reply = match answer {
+            Answer::Reply(reply) => reply,
+            Answer::Shed(reason) => {
+                shed(&shared, reason, &described, seq, received_at);
+                Reply::Full {
+                    status: 503,
+                    data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version).into(),
+                    body_len: 0,
+                    close: !keep_alive,
+                }
+            }
+            Answer::Dropped => {
                 log::error("an application thread dropped a request without answering it");
                 return refuse(
                     &mut io,
@@ -157,32 +191,121 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     }
 }
 
+enum Answer {
+    Reply(Reply),
+    /// The engine answers 503 itself.
+    Shed(ShedReason),
+    /// The application side dropped the request without a reply.
+    Dropped,
+}
+
+/// Waits for the application's reply, or for the request's deadline. The
+/// deadline is read again each time it passes, since the app may move it.
 async fn await_reply(
-    reply_rx: oneshot::Receiver<Reply>,
+    mut reply_rx: oneshot::Receiver<Reply>,
     pushed: Pushed,
+    state: &JobState,
+    seq: u64,
+    received_at: Instant,
     shared: &Shared,
-) -> Result<Reply, oneshot::error::RecvError> {
+) -> Answer {
     if pushed == Pushed::NudgeLater {
         shared.nudger.notify_one();
     }
-    reply_rx.await
+    let settle = |reply: Result<Reply, oneshot::error::RecvError>| match reply {
+        Ok(Reply::Shed(reason)) => Answer::Shed(reason),
+        Ok(reply) => Answer::Reply(reply),
+        Err(_) => Answer::Dropped,
+    };
+    loop {
+        let Some(deadline) = state.deadline() else {
+            return settle((&mut reply_rx).await);
+        };
+        let at = tokio::time::Instant::from_std(received_at + deadline);
+        tokio::select! {
+            biased;
+            reply = &mut reply_rx => return settle(reply),
+            _ = tokio::time::sleep_until(at) => {}
+        }
+        if state
+            .deadline()
+            .is_none_or(|moved| received_at + moved > Instant::now())
+        {
+            continue;
+        }
+        if let Ok(reply) = reply_rx.try_recv() {
+            return settle(Ok(reply));
+        }
+        if state.abandon() {
+            return Answer::Shed(ShedReason::RequestTimeout);
+        }
+        if state.time_out() {
+            shared.timed_out.push(seq);
+            return Answer::Shed(ShedReason::RequestTimeout);
+        }
+    }
+}
+
+fn accepts_json(head: &RequestHead) -> bool {
+    head.headers.iter().any(|(name, value)| {
+        name.eq_ignore_ascii_case(b"accept") && memchr::memmem::find(value, b"application/json").is_some()
+    })
+}
+
+/// "GET /path from 1.2.3.4", kept for the log line of a shed request.
+fn describe(head: &RequestHead, conn: &ConnInfo) -> String {
+    format!(
+        "{} {} from {}",
+        String::from_utf8_lossy(&head.method),
+        String::from_utf8_lossy(&head.target),
+        conn.peer_addr
+    )
+}
+
+/// Every request the engine turns away is counted and logged: nothing
+/// disappears silently.
+fn shed(shared: &Shared, reason: ShedReason, described: &str, seq: u64, received_at: Instant) {
+    shared.stats.shed(reason);
+    log::warn(&format!(
+        "503 {} #{seq} {described} after {:.3}s",
+        reason.as_str(),
+        received_at.elapsed().as_secs_f64()
+    ));
 }
 
 fn reply_status(reply: &Reply) -> u16 {
     match reply {
         Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
         Reply::Hijack { .. } => 101,
+        Reply::Shed(_) => 503,
     }
 }
 
 /// Answers a request the engine will not pass on, then closes: after a
 /// framing error nothing later on the connection can be trusted.
 async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error: HttpError) {
-    Stats::bump(&shared.stats.rejected_total);
-    if shared.opts.log_requests {
+    match error {
+        HttpError::Unavailable(reason) => {
+            // Under load: logged whatever log_requests says (see `shed`).
+            shared.stats.shed(reason);
+            log::warn(&format!("503 {} from {}", reason.as_str(), conn.peer_addr));
+        }
+        HttpError::RequestTimeout => Stats::bump(&shared.stats.read_timeouts),
+        _ => Stats::bump(&shared.stats.rejected_total),
+    }
+    if shared.opts.log_requests && !matches!(error, HttpError::Unavailable(_)) {
         log::warn(&format!("{} refused: {}", conn.peer_addr, error));
     }
-    let bytes = error_response(error.status(), error.detail());
+    let bytes = match error {
+        HttpError::Unavailable(reason) => unavailable_response(
+            reason,
+            false,
+            shared.opts.retry_after,
+            false,
+            crate::parse::Version::Http11,
+        ),
+        other => error_response(other.status(), other.detail()),
+    };
     let _ = timeout(shared.opts.body_timeout, io.write_all(&bytes)).await;
     let _ = io.shutdown().await;
 }
@@ -269,7 +392,7 @@ async fn read_body<T: ClientIo>(
                 }
                 return Ok(Body::Memory(buf.split_to(len as usize).freeze()));
             }
-            let mut sink = BodySink::new(Some(len), shared.opts.spool_threshold, limit)?;
+            let mut sink = BodySink::new(Some(len), shared.opts.spool_threshold, limit, &shared.spool_gate)?;
             let mut remaining = len;
             loop {
                 let take = remaining.min(buf.len() as u64) as usize;
@@ -284,7 +407,7 @@ async fn read_body<T: ClientIo>(
             }
         }
         Framing::Chunked => {
-            let mut sink = BodySink::new(None, shared.opts.spool_threshold, limit)?;
+            let mut sink = BodySink::new(None, shared.opts.spool_threshold, limit, &shared.spool_gate)?;
             let mut decoder = ChunkedDecoder::new(shared.opts.max_header_size);
             loop {
                 match decoder.decode(buf)? {
@@ -318,7 +441,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             close,
             ..
         } => write_stream(io, head, chunks, framing, close, shared).await,
-        Reply::Hijack { .. } => (Written::Failed, 0),
+        Reply::Hijack { .. } | Reply::Shed(_) => (Written::Failed, 0),
     }
 }
 

@@ -31,6 +31,39 @@ pub enum HttpError {
     VersionNotSupported,
     ExpectationFailed,
     Internal(&'static str),
+    Unavailable(ShedReason),
+}
+
+/// Why the engine answered 503 instead of running the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedReason {
+    QueueFull,
+    QueueTimeout,
+    RequestTimeout,
+    Connections,
+    Uploads,
+}
+
+impl ShedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::QueueTimeout => "queue_timeout",
+            ShedReason::RequestTimeout => "request_timeout",
+            ShedReason::Connections => "connection_limit",
+            ShedReason::Uploads => "upload_limit",
+        }
+    }
+
+    pub fn detail(self) -> &'static str {
+        match self {
+            ShedReason::QueueFull => "too many requests are waiting for the application",
+            ShedReason::QueueTimeout => "the request waited too long for the application",
+            ShedReason::RequestTimeout => "the application did not answer in time",
+            ShedReason::Connections => "too many open connections",
+            ShedReason::Uploads => "too many uploads in progress",
+        }
+    }
 }
 
 impl HttpError {
@@ -45,6 +78,7 @@ impl HttpError {
             HttpError::Internal(_) => 500,
             HttpError::NotImplemented(_) => 501,
             HttpError::VersionNotSupported => 505,
+            HttpError::Unavailable(_) => 503,
         }
     }
 
@@ -59,6 +93,7 @@ impl HttpError {
             HttpError::HeadersTooLarge => "request header block is too large",
             HttpError::VersionNotSupported => "HTTP version not supported",
             HttpError::ExpectationFailed => "unsupported Expect value",
+            HttpError::Unavailable(reason) => reason.detail(),
         }
     }
 }

@@ -31,6 +31,12 @@ pub struct Job {
     /// Set by the engine when it is draining, so the reply says
     /// `connection: close` instead of promising another request.
     pub keep_alive: bool,
+    /// Numbers requests for the Ruby side's timeout watchdog.
+    pub seq: u64,
+    pub state: Arc<JobState>,
+    /// Set by the queue on push: queue_timeout counts from here, not from
+    /// the start of a long upload.
+    pub queued_at: Instant,
 }
 
 const QUEUED: u8 = 0;
@@ -45,7 +51,7 @@ const TIMED_OUT: u8 = 3;
 pub struct JobState {
     phase: std::sync::atomic::AtomicU8,
     /// Milliseconds after `received_at` when the request times out; 0 is
-    /// none. The app may move it (`env["tsubame.deadline"]`).
+    /// none. The app may move it (`env["tsubame.request"].deadline = s`).
     deadline_ms: std::sync::atomic::AtomicU64,
 }
 

@@ -29,6 +29,27 @@ pub struct EngineOptions {
     pub drain_timeout: Duration,
     pub log_requests: bool,
     pub tcp_nodelay: bool,
+    /// Answer 503 when the app has not started its response by then.
+    pub request_timeout: Option<Duration>,
+    /// How long after a timeout the thread may keep the request before it
+    /// is reported stuck (the Ruby side enforces it).
+    pub request_timeout_grace: Duration,
+    /// Answer 503 when no thread took the request within this.
+    pub queue_timeout: Option<Duration>,
+    /// Answer 503 at once when this many requests already wait.
+    pub max_queue: Option<usize>,
+    /// Open connections beyond this get a 503 and are closed; `None`
+    /// derives it from the descriptor limit.
+    pub max_connections: Option<usize>,
+    /// Bodies being written to disk at once; more get 503.
+    pub max_spooled_uploads: usize,
+    /// Seconds sent in `Retry-After` with every 503.
+    pub retry_after: u64,
+    pub health_check_path: Option<String>,
+    pub readiness_check_path: Option<String>,
+    /// Readiness fails while more requests than this wait for a thread;
+    /// `None` means 0: any wait means every thread is busy.
+    pub readiness_queue_threshold: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -50,6 +71,16 @@ impl Default for EngineOptions {
             drain_timeout: Duration::from_secs(30),
             log_requests: false,
             tcp_nodelay: true,
+            request_timeout: None,
+            request_timeout_grace: Duration::from_secs(10),
+            queue_timeout: Some(Duration::from_secs(30)),
+            max_queue: Some(1024),
+            max_connections: None,
+            max_spooled_uploads: 32,
+            retry_after: 1,
+            health_check_path: None,
+            readiness_check_path: None,
+            readiness_queue_threshold: None,
         }
     }
 }

@@ -14,6 +14,7 @@
 //! job was taken since its last look: the running threads are stuck (in
 //! I/O, say) and an idle thread is worth its wake-up.
 
+use crate::histogram::Histogram;
 use crate::job::Job;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,10 +34,10 @@ struct State {
 /// What `push` did about waking an application thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pushed {
-    /// A waiter was woken, or none was idle to wake.
+    /// An idle thread was woken for it.
     Done,
-    /// A thread is running a request and will likely take this job; the
-    /// nudger must watch the queue in case it does not.
+    /// No thread was woken: the queue watcher must look after the job
+    /// (wake a thread if none takes it, or time it out).
     NudgeLater,
 }
 
@@ -44,10 +45,17 @@ pub enum Pushed {
 pub struct JobQueue {
     state: Mutex<State>,
     ready: Condvar,
+    max_len: Option<usize>,
+    wait_times: Histogram,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueClosed;
+pub enum PushError {
+    /// The server is stopping.
+    Closed,
+    /// `max_queue` requests already wait.
+    Full,
+}
 
 #[derive(Debug)]
 pub enum Pop {
@@ -65,6 +73,47 @@ impl JobQueue {
         Self::default()
     }
 
+    pub fn with_limit(max_len: Option<usize>) -> Self {
+        JobQueue {
+            max_len,
+            ..Self::default()
+        }
+    }
+
+    /// How long taken jobs waited in the queue.
+    pub fn wait_times(&self) -> &Histogram {
+        &self.wait_times
+    }
+
+    /// Pops the next job a thread may run: jobs whose connection gave up on
+    /// them (a request deadline that passed while queued) are dropped.
+    fn pop_live(&self, state: &mut State) -> Option<Job> {
+        while let Some(job) = state.jobs.pop_front() {
+            if job.state.take() {
+                state.running += 1;
+                state.taken += 1;
+                self.wait_times.record(job.queued_at.elapsed());
+                return Some(job);
+            }
+        }
+        None
+    }
+
+    /// Removes the jobs that have waited longer than `timeout` (they are at
+    /// the front: the queue is FIFO) so the engine can answer them 503.
+    pub fn expire(&self, timeout: std::time::Duration) -> Vec<Job> {
+        let mut state = self.lock();
+        let mut expired = Vec::new();
+        while state.jobs.front().is_some_and(|job| job.queued_at.elapsed() >= timeout) {
+            if let Some(job) = state.jobs.pop_front() {
+                if job.state.abandon() {
+                    expired.push(job);
+                }
+            }
+        }
+        expired
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding this lock cannot leave `State` half-updated
         // (every mutation is a single VecDeque call), so poisoning is ignored.
@@ -72,16 +121,19 @@ impl JobQueue {
     }
 
     /// Refuses (dropping the job) once the queue is closed.
-    pub fn push(&self, job: Job) -> Result<Pushed, QueueClosed> {
+    pub fn push(&self, mut job: Job) -> Result<Pushed, PushError> {
         let mut state = self.lock();
         if state.closed {
-            return Err(QueueClosed);
+            return Err(PushError::Closed);
         }
+        if self.max_len.is_some_and(|max| state.jobs.len() >= max) {
+            return Err(PushError::Full);
+        }
+        job.queued_at = std::time::Instant::now();
         state.jobs.push_back(job);
-        if state.waiting == 0 {
-            return Ok(Pushed::Done);
-        }
-        if state.running > 0 {
+        if state.waiting == 0 || state.running > 0 {
+            // Either nobody can take it yet, or a running thread probably
+            // will: the watcher expires or nudges it if not.
             return Ok(Pushed::NudgeLater);
         }
         drop(state);
@@ -131,12 +183,8 @@ impl JobQueue {
 
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
-        match state.jobs.pop_front() {
-            Some(job) => {
-                state.running += 1;
-                state.taken += 1;
-                Pop::Job(Box::new(job))
-            }
+        match self.pop_live(&mut state) {
+            Some(job) => Pop::Job(Box::new(job)),
             None if state.closed => Pop::Closed,
             None => Pop::Empty,
         }
@@ -147,9 +195,7 @@ impl JobQueue {
     pub fn pop_wait(&self, interrupted: &AtomicBool) -> Pop {
         let mut state = self.lock();
         loop {
-            if let Some(job) = state.jobs.pop_front() {
-                state.running += 1;
-                state.taken += 1;
+            if let Some(job) = self.pop_live(&mut state) {
                 return Pop::Job(Box::new(job));
             }
             if state.closed {
@@ -233,13 +279,16 @@ mod tests {
             reply: tokio::sync::oneshot::channel().0,
             received_at: std::time::Instant::now(),
             keep_alive: true,
+            seq: 0,
+            state: Arc::new(crate::job::JobState::new(None)),
+            queued_at: std::time::Instant::now(),
         }
     }
 
     #[test]
     fn defers_wake_ups_while_a_thread_runs_and_nudges_only_without_progress() {
         let q = JobQueue::new();
-        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "no waiter");
+        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "no waiter: watched");
         assert!(matches!(q.try_pop(), Pop::Job(_)));
         // One thread running, one waiting: a push must not wake at once.
         q.lock().waiting = 1;
@@ -251,6 +300,31 @@ mod tests {
         q.finished();
         q.finished();
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
+    }
+
+    #[test]
+    fn full_queue_refuses_and_expired_jobs_leave_from_the_front() {
+        let q = JobQueue::with_limit(Some(2));
+        q.push(job()).unwrap();
+        q.push(job()).unwrap();
+        assert_eq!(q.push(job()).unwrap_err(), PushError::Full);
+        assert_eq!(q.expire(std::time::Duration::from_secs(60)).len(), 0);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let expired = q.expire(std::time::Duration::from_millis(10));
+        assert_eq!(expired.len(), 2);
+        assert!(matches!(q.try_pop(), Pop::Empty));
+    }
+
+    #[test]
+    fn abandoned_jobs_are_skipped() {
+        let q = JobQueue::new();
+        let dead = job();
+        assert!(dead.state.abandon());
+        q.push(dead).unwrap();
+        q.push(job()).unwrap();
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        assert!(matches!(q.try_pop(), Pop::Empty));
+        assert_eq!(q.wait_times().count(), 1);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub enum Reply {
     Hijack {
         socket: std::sync::mpsc::SyncSender<std::io::Result<OwnedFd>>,
     },
+    /// The engine itself turned the request away (503) while it was queued.
+    Shed(crate::error::ShedReason),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! connection task only copies finished bytes to the socket.
 
 use crate::date::append_date_header;
+use crate::error::ShedReason;
 use crate::parse::Version;
 use crate::reply::StreamFraming;
 use std::fmt;
@@ -241,12 +242,46 @@ pub struct FinishedHead {
     pub framing: StreamFraming,
 }
 
-/// A minimal response for requests the engine refuses itself.
+/// A minimal response for requests the engine refuses itself; the
+/// connection closes after it.
 pub fn error_response(status: u16, detail: &str) -> Vec<u8> {
     let body = format!("{} {}\n{}\n", status, reason_phrase(status), detail);
     let mut head = ResponseHead::new(i64::from(status)).unwrap_or_else(|_| unreachable_status());
     let _ = head.header(b"content-type", b"text/plain; charset=utf-8");
     let mut finished = head.finish_full(body.len() as u64, false, false, Version::Http11);
+    finished.bytes.extend_from_slice(body.as_bytes());
+    finished.bytes
+}
+
+/// The 503 for a request the engine turned away under load. The request
+/// was read whole, so the connection may stay open. JSON when the client's
+/// Accept asks for it, plain text otherwise.
+pub fn unavailable_response(
+    reason: ShedReason,
+    json: bool,
+    retry_after: u64,
+    keep_alive: bool,
+    version: Version,
+) -> Vec<u8> {
+    let (content_type, body): (&[u8], String) = if json {
+        (
+            b"application/json",
+            format!(
+                "{{\"error\":\"service_unavailable\",\"reason\":\"{}\",\"detail\":\"{}\"}}\n",
+                reason.as_str(),
+                reason.detail()
+            ),
+        )
+    } else {
+        (
+            b"text/plain; charset=utf-8",
+            format!("503 Service Unavailable\n{} ({})\n", reason.detail(), reason.as_str()),
+        )
+    };
+    let mut head = ResponseHead::new(503).unwrap_or_else(|_| unreachable_status());
+    let _ = head.header(b"content-type", content_type);
+    let _ = head.header(b"retry-after", retry_after.to_string().as_bytes());
+    let mut finished = head.finish_full(body.len() as u64, false, keep_alive, version);
     finished.bytes.extend_from_slice(body.as_bytes());
     finished.bytes
 }

@@ -2,18 +2,25 @@
 //! own threads started later, accept loops, and a graceful stop.
 
 use crate::bind::{BindSpec, Bound, Listener};
+use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo};
 use crate::error::BindError;
+use crate::error::ShedReason;
 use crate::job::{ConnInfo, ListenerInfo};
 use crate::log;
 use crate::options::EngineOptions;
 use crate::parse::Limits;
+use crate::parse::Version;
 use crate::queue::JobQueue;
+use crate::reply::Reply;
+use crate::response::unavailable_response;
 use crate::stats::{Stats, StatsSnapshot};
+use crate::timeouts::TimedOut;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 pub(crate) struct Shared {
@@ -25,13 +32,21 @@ pub(crate) struct Shared {
     pub stop_notify: Notify,
     /// Signalled whenever a connection closes while stopping.
     conn_closed: Notify,
-    /// Arms the nudger (see `queue.rs`).
+    /// Arms the queue watcher (see `watch_queue`).
     pub nudger: Notify,
+    pub spool_gate: Arc<SpoolGate>,
+    pub timed_out: TimedOut,
+    seq: AtomicU64,
+    max_connections: u64,
 }
 
 impl Shared {
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
     }
 }
 
@@ -83,11 +98,16 @@ impl Engine {
             max_header_size: opts.max_header_size,
             max_headers: opts.max_headers,
         };
+        let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
         Ok(Engine {
             shared: Arc::new(Shared {
+                spool_gate: SpoolGate::new(opts.max_spooled_uploads),
+                timed_out: TimedOut::default(),
+                seq: AtomicU64::new(1),
+                max_connections,
+                queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
                 opts,
                 limits,
-                queue: Arc::new(JobQueue::new()),
                 stats: Stats::default(),
                 stopping: AtomicBool::new(false),
                 stop_notify: Notify::new(),
@@ -108,6 +128,16 @@ impl Engine {
 
     pub fn queue(&self) -> &Arc<JobQueue> {
         &self.shared.queue
+    }
+
+    /// Requests that passed their deadline while a thread ran them.
+    pub fn timed_out(&self) -> &TimedOut {
+        &self.shared.timed_out
+    }
+
+    /// The liveness JSON, also used for stats.
+    pub fn status_json(&self) -> String {
+        crate::health::status_json(&self.shared, "ok")
     }
 
     pub fn options(&self) -> &EngineOptions {
@@ -157,7 +187,7 @@ impl Engine {
         }
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
-        runtime.spawn(nudge_queue(self.shared.clone()));
+        runtime.spawn(watch_queue(self.shared.clone()));
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
         Ok(())
     }
@@ -213,6 +243,7 @@ impl Engine {
             }
         };
         shared.queue.close();
+        shared.timed_out.close();
         if let StopOutcome::TimedOut { connections, queued } = outcome {
             log::warn(&format!(
                 "drain timeout: closing {connections} connection(s) still open, {queued} queued request(s) dropped"
@@ -270,24 +301,44 @@ fn block_signals() {
     }
 }
 
-/// How often the nudger looks at a queue whose jobs wait for a thread that
-/// is already running a request.
-const NUDGE_INTERVAL: Duration = Duration::from_micros(500);
+/// How often the watcher looks at a queue that has jobs in it.
+const WATCH_INTERVAL: Duration = Duration::from_micros(500);
 
-/// Wakes an idle application thread when queued jobs make no progress
-/// (see `queue.rs`). Sleeps on `nudger` while there is nothing to watch.
-async fn nudge_queue(shared: Arc<Shared>) {
+/// Runs while requests wait in the queue: answers 503 to those past
+/// `queue_timeout`, and wakes an idle application thread when queued jobs
+/// make no progress (see `queue.rs`). Sleeps on `nudger` otherwise, so an
+/// idle server has no timer ticking.
+async fn watch_queue(shared: Arc<Shared>) {
     loop {
         shared.nudger.notified().await;
         let mut taken = shared.queue.taken();
         loop {
-            tokio::time::sleep(NUDGE_INTERVAL).await;
+            tokio::time::sleep(WATCH_INTERVAL).await;
+            if let Some(limit) = shared.opts.queue_timeout {
+                for job in shared.queue.expire(limit) {
+                    let _ = job.reply.send(Reply::Shed(ShedReason::QueueTimeout));
+                }
+            }
             match shared.queue.nudge(taken) {
                 Some(now) => taken = now,
                 None => break,
             }
         }
     }
+}
+
+/// Enough connections to use most of the descriptor limit, leaving room
+/// for the app's own files and sockets.
+fn default_max_connections() -> u64 {
+    // SAFETY: getrlimit writes into the struct it is given and nothing else.
+    let soft = unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 1024;
+        }
+        limit.rlim_cur
+    };
+    soft.saturating_sub(128).max(16)
 }
 
 fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
@@ -347,7 +398,26 @@ async fn accept_unix(listener: tokio::net::UnixListener, path: PathBuf, info: Ar
     let _ = std::fs::remove_file(path);
 }
 
-fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+fn spawn_connection<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+    if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
+        // Accept and answer rather than leave the client in the backlog
+        // with no idea why: it learns at once to retry elsewhere.
+        shared.stats.shed(ShedReason::Connections);
+        log::warn(&format!("503 connection_limit from {}", conn.peer_addr));
+        let bytes = unavailable_response(
+            ShedReason::Connections,
+            false,
+            shared.opts.retry_after,
+            false,
+            Version::Http11,
+        );
+        let write_timeout = shared.opts.body_timeout;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(write_timeout, io.write_all(&bytes)).await;
+            let _ = io.shutdown().await;
+        });
+        return;
+    }
     let guard = conn_guard(shared);
     let shared = shared.clone();
     tokio::spawn(async move {

@@ -1,14 +1,23 @@
+use crate::error::ShedReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Counters kept by the engine; read without locks for the stats endpoint.
+/// Counters kept by the engine; read without locks for the stats endpoint
+/// and the health answer.
 #[derive(Debug, Default)]
 pub struct Stats {
     pub connections_total: AtomicU64,
     pub connections_active: AtomicU64,
     pub requests_total: AtomicU64,
-    /// Requests the engine answered itself (400, 408, 413, ...).
+    /// Requests the engine refused as malformed or over a limit (4xx/5xx).
     pub rejected_total: AtomicU64,
+    /// 408s: a head or body that did not arrive in time.
+    pub read_timeouts: AtomicU64,
     pub client_disconnects: AtomicU64,
+    pub shed_queue_full: AtomicU64,
+    pub shed_queue_timeout: AtomicU64,
+    pub shed_request_timeout: AtomicU64,
+    pub shed_connections: AtomicU64,
+    pub shed_uploads: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,13 +26,29 @@ pub struct StatsSnapshot {
     pub connections_active: u64,
     pub requests_total: u64,
     pub rejected_total: u64,
+    pub read_timeouts: u64,
     pub client_disconnects: u64,
+    pub shed_queue_full: u64,
+    pub shed_queue_timeout: u64,
+    pub shed_request_timeout: u64,
+    pub shed_connections: u64,
+    pub shed_uploads: u64,
     pub backlog: u64,
 }
 
 impl Stats {
     pub fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn shed(&self, reason: ShedReason) {
+        Stats::bump(match reason {
+            ShedReason::QueueFull => &self.shed_queue_full,
+            ShedReason::QueueTimeout => &self.shed_queue_timeout,
+            ShedReason::RequestTimeout => &self.shed_request_timeout,
+            ShedReason::Connections => &self.shed_connections,
+            ShedReason::Uploads => &self.shed_uploads,
+        });
     }
 
     pub fn snapshot(&self, backlog: usize) -> StatsSnapshot {
@@ -33,8 +58,24 @@ impl Stats {
             connections_active: get(&self.connections_active),
             requests_total: get(&self.requests_total),
             rejected_total: get(&self.rejected_total),
+            read_timeouts: get(&self.read_timeouts),
             client_disconnects: get(&self.client_disconnects),
+            shed_queue_full: get(&self.shed_queue_full),
+            shed_queue_timeout: get(&self.shed_queue_timeout),
+            shed_request_timeout: get(&self.shed_request_timeout),
+            shed_connections: get(&self.shed_connections),
+            shed_uploads: get(&self.shed_uploads),
             backlog: backlog as u64,
         }
+    }
+}
+
+impl StatsSnapshot {
+    pub fn shed_total(&self) -> u64 {
+        self.shed_queue_full
+            + self.shed_queue_timeout
+            + self.shed_request_timeout
+            + self.shed_connections
+            + self.shed_uploads
     }
 }

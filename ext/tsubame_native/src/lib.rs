@@ -4,6 +4,7 @@
 mod errors;
 mod ffi;
 mod input;
+mod listeners;
 mod rack_env;
 mod request;
 mod server;
@@ -17,6 +18,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     rack_env::init(ruby);
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
+    native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
+
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
     server.define_method("addresses", method!(server::Server::addresses, 0))?;
@@ -26,6 +29,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("wait", method!(server::Server::wait, 0))?;
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("backlog", method!(server::Server::backlog, 0))?;
+    server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;
@@ -33,6 +37,10 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     request.define_method("call", method!(request::Request::call, 0))?;
     request.define_method("hijacked?", method!(request::Request::is_hijacked, 0))?;
     request.define_method("answered?", method!(request::Request::is_answered, 0))?;
+    request.define_method("seq", method!(request::Request::seq, 0))?;
+    request.define_method("deadline=", method!(request::Request::set_deadline, 1))?;
+    request.define_method("deadline", method!(request::Request::deadline, 0))?;
+    request.define_method("timed_out?", method!(request::Request::is_timed_out, 0))?;
 
     let stream = native.define_class("Stream", ruby.class_object())?;
     stream.define_method("write", method!(stream::Stream::write, 1))?;

@@ -9,8 +9,9 @@ use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, OnceLock};
+use tsubame_engine::parse::RequestHead;
 use tsubame_engine::parse::{Framing, Version};
-use tsubame_engine::Job;
+use tsubame_engine::ConnInfo;
 
 /// Frozen, interned, permanently marked strings.
 pub struct Keys {
@@ -29,6 +30,7 @@ pub struct Keys {
     pub rack_input: Opaque<RString>,
     pub rack_hijack: Opaque<RString>,
     pub rack_hijack_io: Opaque<RString>,
+    tsubame_request: Opaque<RString>,
     rack_response_finished: Opaque<RString>,
     rack_after_reply: Opaque<RString>,
     http11: Opaque<RString>,
@@ -67,6 +69,7 @@ pub fn init(ruby: &Ruby) {
         rack_input: k("rack.input"),
         rack_hijack: k("rack.hijack"),
         rack_hijack_io: k("rack.hijack_io"),
+        tsubame_request: k("tsubame.request"),
         rack_response_finished: k("rack.response_finished"),
         rack_after_reply: k("rack.after_reply"),
         http11: k("HTTP/1.1"),
@@ -208,12 +211,18 @@ fn split_host(host: &[u8]) -> (&[u8], Option<&[u8]>) {
     }
 }
 
-pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) -> Result<RHash, Error> {
+pub fn build(
+    ruby: &Ruby,
+    base: RHash,
+    head: &RequestHead,
+    conn: &ConnInfo,
+    input: Value,
+    request: Value,
+) -> Result<RHash, Error> {
     let k = keys(ruby)?;
     let env = hash_dup(ruby, base)?;
     let set = |key: Opaque<RString>, value: Value| hash_set(env, ruby.get_inner(key), value);
     let bytes = |b: &[u8]| ruby.str_from_slice(b).as_value();
-    let head = &job.head;
 
     let method = k
         .methods
@@ -237,9 +246,9 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
     };
     set(k.server_protocol, ruby.get_inner(version).as_value());
     set(k.http_version, ruby.get_inner(version).as_value());
-    set(k.remote_addr, ruby.str_new(&job.conn.peer_addr).as_value());
+    set(k.remote_addr, ruby.str_new(&conn.peer_addr).as_value());
 
-    let listener = &job.conn.listener;
+    let listener = &conn.listener;
     let default_port = || {
         ruby.str_new(if listener.url_scheme == "https" { "443" } else { "80" })
             .as_value()
@@ -264,7 +273,7 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
         }
     }
 
-    set_headers(ruby, env, job)?;
+    set_headers(ruby, env, head)?;
     if head.framing == Framing::Chunked {
         // The body was de-chunked; the app sees its real length instead.
         // The body has already moved into `input`, so its length is there.
@@ -274,6 +283,7 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
 
     set(k.rack_input, input);
     set(k.rack_hijack, request);
+    set(k.tsubame_request, request);
     let finished = ruby.ary_new();
     set(k.rack_response_finished, finished.as_value());
     set(k.rack_after_reply, finished.as_value());
@@ -283,10 +293,10 @@ pub fn build(ruby: &Ruby, base: RHash, job: &Job, input: Value, request: Value) 
 /// Repeated headers are joined (`cookie` with "; ", others with ", ").
 /// A name with `_` is dropped when a `-` spelling of it is present, so a
 /// client cannot override `X-Forwarded-For` by sending `X_Forwarded_For`.
-fn set_headers(ruby: &Ruby, env: RHash, job: &Job) -> Result<(), Error> {
+fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error> {
     let k = keys(ruby)?;
-    let headers = &job.head.headers;
-    let chunked = job.head.framing == Framing::Chunked;
+    let headers = &head.headers;
+    let chunked = head.framing == Framing::Chunked;
     let mut cache = header_cache();
     let mut joined: Vec<u8> = Vec::new();
     for (i, (name, value)) in headers.iter().enumerate() {

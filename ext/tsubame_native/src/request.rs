@@ -12,11 +12,15 @@ use magnus::value::{Opaque, ReprValue};
 use magnus::{gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RString, Ruby, Value};
 use std::cell::{Cell, RefCell};
 use std::os::fd::IntoRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+use tsubame_engine::body::Body;
+use tsubame_engine::job::JobState;
 use tsubame_engine::parse::RequestHead;
 use tsubame_engine::response::{status_has_no_body, FinishedHead, ResponseHead};
 use tsubame_engine::stream_channel::stream_channel;
-use tsubame_engine::{Job, Reply};
+use tsubame_engine::{ConnInfo, Job, Reply};
 
 /// Body bytes allowed to wait for a slow client before `write` blocks.
 const STREAM_BUFFER: usize = 256 * 1024;
@@ -24,12 +28,16 @@ const STREAM_BUFFER: usize = 256 * 1024;
 #[derive(magnus::TypedData)]
 #[magnus(class = "Tsubame::Native::Request", free_immediately, size, mark)]
 pub struct Request {
-    job: RefCell<Option<Job>>,
     head: RequestHead,
+    conn: Arc<ConnInfo>,
+    body: RefCell<Option<Body>>,
     keep_alive: bool,
     reply: RefCell<Option<oneshot::Sender<Reply>>>,
     env: Cell<Option<Opaque<RHash>>>,
     hijacked: Cell<bool>,
+    seq: u64,
+    state: Arc<JobState>,
+    received_at: Instant,
 }
 
 impl DataTypeFunctions for Request {
@@ -51,28 +59,63 @@ fn already_answered(ruby: &Ruby) -> Error {
 impl Request {
     pub fn new(job: Job) -> Request {
         Request {
-            head: job.head.clone(),
+            head: job.head,
+            conn: job.conn,
+            body: RefCell::new(Some(job.body)),
             keep_alive: job.keep_alive,
-            job: RefCell::new(Some(job)),
-            reply: RefCell::new(None),
+            reply: RefCell::new(Some(job.reply)),
             env: Cell::new(None),
             hijacked: Cell::new(false),
+            seq: job.seq,
+            state: job.state,
+            received_at: job.received_at,
         }
+    }
+
+    /// Numbers the request for the timeout watchdog (`Server#next_timeout`).
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Moves this request's deadline to `seconds` after it arrived (nil
+    /// removes it), for the endpoint that legitimately needs longer.
+    pub fn set_deadline(ruby: &Ruby, rb_self: &Self, seconds: Option<f64>) -> Result<(), Error> {
+        let deadline = match seconds {
+            None => None,
+            Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+            Some(s) => {
+                return Err(arg_error(
+                    ruby,
+                    format!("deadline must be a positive number of seconds, got {s}"),
+                ))
+            }
+        };
+        rb_self.state.set_deadline(deadline);
+        Ok(())
+    }
+
+    /// Seconds left before the deadline (negative once past), or nil.
+    pub fn deadline(&self) -> Option<f64> {
+        let deadline = self.state.deadline()?;
+        Some(deadline.as_secs_f64() - self.received_at.elapsed().as_secs_f64())
+    }
+
+    /// True once the engine answered 503 for this request's deadline.
+    pub fn is_timed_out(&self) -> bool {
+        self.state.is_timed_out()
     }
 
     /// Builds the env on top of `base` (the per-server constant keys).
     pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
-        let Some(mut job) = rb_self.job.borrow_mut().take() else {
+        let Some(body) = rb_self.body.borrow_mut().take() else {
             return Err(Error::new(
                 ruby.exception_runtime_error(),
                 "env already built for this request",
             ));
         };
-        let body = std::mem::replace(&mut job.body, tsubame_engine::body::Body::Empty);
         let input = ruby.obj_wrap(Input::new(body)).as_value();
-        let env = rack_env::build(ruby, base, &job, input, rb_self.as_value())?;
+        let env = rack_env::build(ruby, base, &rb_self.head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
-        *rb_self.reply.borrow_mut() = Some(job.reply);
         Ok(env)
     }
 
@@ -223,7 +266,7 @@ impl Request {
 
     /// True once a response (or hijack) has been handed to the engine.
     pub fn is_answered(&self) -> bool {
-        self.reply.borrow().is_none() && self.job.borrow().is_none()
+        self.reply.borrow().is_none()
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tsubame_engine::server::StopOutcome;
+use tsubame_engine::timeouts::NextTimeout;
 use tsubame_engine::{Engine, EngineOptions, Pop};
 
 thread_local! {
@@ -38,6 +39,16 @@ const OPTION_KEYS: &[&str] = &[
     "drain_timeout",
     "log_requests",
     "tcp_nodelay",
+    "request_timeout",
+    "request_timeout_grace",
+    "queue_timeout",
+    "max_queue",
+    "max_connections",
+    "max_spooled_uploads",
+    "retry_after",
+    "health_check_path",
+    "readiness_check_path",
+    "readiness_queue_threshold",
 ];
 
 struct OptionReader<'a> {
@@ -57,9 +68,23 @@ impl OptionReader<'_> {
     }
 
     fn seconds(&self, key: &str, default: Duration) -> Result<Duration, Error> {
-        match self.get::<f64>(key)? {
+        Ok(self.optional_seconds(key, Some(default))?.unwrap_or(default))
+    }
+
+    /// For settings that can be off: an absent key keeps `default`; nil or
+    /// false turns the setting off.
+    fn optional<T: magnus::TryConvert>(&self, key: &str, default: Option<T>) -> Result<Option<T>, Error> {
+        match self.hash.get(self.ruby.to_symbol(key)) {
             None => Ok(default),
-            Some(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+            Some(v) if v.is_nil() || v.is_kind_of(self.ruby.class_false_class()) => Ok(None),
+            Some(_) => self.get(key),
+        }
+    }
+
+    fn optional_seconds(&self, key: &str, default: Option<Duration>) -> Result<Option<Duration>, Error> {
+        match self.optional::<f64>(key, default.map(|d| d.as_secs_f64()))? {
+            None => Ok(None),
+            Some(s) if s.is_finite() && s > 0.0 => Ok(Some(Duration::from_secs_f64(s))),
             Some(s) => Err(Error::new(
                 self.ruby.exception_arg_error(),
                 format!("option {key}: must be a positive number of seconds, got {s}"),
@@ -105,6 +130,16 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         drain_timeout: r.seconds("drain_timeout", d.drain_timeout)?,
         log_requests: r.get("log_requests")?.unwrap_or(d.log_requests),
         tcp_nodelay: r.get("tcp_nodelay")?.unwrap_or(d.tcp_nodelay),
+        request_timeout: r.optional_seconds("request_timeout", d.request_timeout)?,
+        request_timeout_grace: r.seconds("request_timeout_grace", d.request_timeout_grace)?,
+        queue_timeout: r.optional_seconds("queue_timeout", d.queue_timeout)?,
+        max_queue: r.optional("max_queue", d.max_queue)?,
+        max_connections: r.optional("max_connections", d.max_connections)?,
+        max_spooled_uploads: r.get("max_spooled_uploads")?.unwrap_or(d.max_spooled_uploads),
+        retry_after: r.get("retry_after")?.unwrap_or(d.retry_after),
+        health_check_path: r.optional("health_check_path", d.health_check_path)?,
+        readiness_check_path: r.optional("readiness_check_path", d.readiness_check_path)?,
+        readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
     })
 }
 
@@ -200,15 +235,52 @@ impl Server {
 
     pub fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
         let s = rb_self.engine.stats();
+        let queue = rb_self.engine.queue();
         let hash = ruby.hash_new();
         hash.aset("connections_total", s.connections_total)?;
         hash.aset("connections_active", s.connections_active)?;
         hash.aset("requests_total", s.requests_total)?;
         hash.aset("rejected_total", s.rejected_total)?;
+        hash.aset("read_timeouts", s.read_timeouts)?;
         hash.aset("client_disconnects", s.client_disconnects)?;
         hash.aset("backlog", s.backlog)?;
-        hash.aset("waiting_threads", rb_self.engine.queue().waiting() as u64)?;
+        hash.aset("waiting_threads", queue.waiting() as u64)?;
+        hash.aset("timed_out", s.shed_request_timeout)?;
+        let shed = ruby.hash_new();
+        shed.aset("queue_full", s.shed_queue_full)?;
+        shed.aset("queue_timeout", s.shed_queue_timeout)?;
+        shed.aset("request_timeout", s.shed_request_timeout)?;
+        shed.aset("connection_limit", s.shed_connections)?;
+        shed.aset("upload_limit", s.shed_uploads)?;
+        hash.aset("shed", shed)?;
+        hash.aset("shed_total", s.shed_total())?;
+        let ms = |q: f64| queue.wait_times().quantile(q).as_secs_f64() * 1000.0;
+        hash.aset("queue_wait_p50_ms", ms(0.5))?;
+        hash.aset("queue_wait_p99_ms", ms(0.99))?;
         Ok(hash)
+    }
+
+    /// The sequence number of the next request whose deadline passed while
+    /// a thread ran it, or nil once the server has stopped. Waits with the
+    /// GVL released.
+    pub fn next_timeout(ruby: &Ruby, rb_self: &Self) -> Result<Option<u64>, Error> {
+        let timed_out = rb_self.engine.timed_out();
+        loop {
+            let interrupted = AtomicBool::new(false);
+            let (next, raised) = without_gvl(
+                || timed_out.wait(&interrupted),
+                || {
+                    interrupted.store(true, Ordering::Release);
+                    timed_out.wake_all();
+                },
+            );
+            raised?;
+            match next {
+                Some(NextTimeout::Seq(seq)) => return Ok(Some(seq)),
+                Some(NextTimeout::Closed) => return Ok(None),
+                Some(NextTimeout::Interrupted) | None => ruby.thread_check_ints()?,
+            }
+        }
     }
 
     pub fn backlog(&self) -> usize {

@@ -1,0 +1,80 @@
+# frozen_string_literal: true
+
+module Tsubame
+  # Turns the engine's "this request passed its deadline" notices into a
+  # Tsubame::RequestTimeout raised in the Ruby thread running the request.
+  # The engine has already answered the client 503; this frees the thread.
+  #
+  # A worker thread defers RequestTimeout everywhere except while it runs a
+  # request (`run`), and throws away one that arrives late, so a timeout
+  # meant for one request can never land in the next.
+  class RequestTimeouts
+    IMMEDIATE = { RequestTimeout => :immediate }.freeze
+    DEFERRED = { RequestTimeout => :never }.freeze
+
+    attr_reader :stuck_count
+
+    def initialize(native, grace, log)
+      @native = native
+      @grace = grace
+      @log = log
+      @running = []
+      @threads = []
+      @stuck_count = 0
+    end
+
+    def start(threads)
+      @threads = threads
+      @watchdog = Thread.new do
+        Thread.current.name = "tsubame-timeouts"
+        watch
+      end
+    end
+
+    # Wraps a worker thread's whole loop.
+    def worker(&block)
+      Thread.handle_interrupt(DEFERRED, &block)
+    end
+
+    # Runs one request on worker `index`; only here can a timeout interrupt.
+    def run(index, request)
+      @running[index] = request
+      Thread.handle_interrupt(IMMEDIATE) { yield }
+    ensure
+      @running[index] = nil
+      discard_late_timeout if Thread.pending_interrupt?
+    end
+
+    private
+
+    def discard_late_timeout
+      Thread.handle_interrupt(IMMEDIATE) { nil }
+    rescue RequestTimeout
+      nil
+    end
+
+    def watch
+      while (seq = @native.next_timeout)
+        index = @running.index { |request| request&.seq == seq }
+        next unless index
+
+        request = @running[index]
+        @log.call("request ##{seq} passed its deadline; raising Tsubame::RequestTimeout in tsubame-#{index}")
+        @threads[index].raise(RequestTimeout, "request ##{seq} passed its deadline")
+        check_stuck_later(index, request, seq)
+      end
+    end
+
+    # A thread blocked in C code (or rescuing Exception) may ignore the
+    # raise; after the grace period it is reported and counted.
+    def check_stuck_later(index, request, seq)
+      Thread.new do
+        sleep @grace
+        if @running[index].equal?(request)
+          @stuck_count += 1
+          @log.call("tsubame-#{index} is still running request ##{seq} #{@grace}s after its timeout: thread stuck")
+        end
+      end
+    end
+  end
+end
