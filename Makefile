@@ -13,6 +13,8 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
 NATIVE_SO := lib/tsubame/tsubame_native.so
+CARGO_BENCH := $(TARGET_DIR)/release/tsubame-bench
+BENCH_BIN := lib/tsubame/tsubame-bench
 
 RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
@@ -40,10 +42,14 @@ deps:
 # the library changed. Copy-then-rename so a running server that has the
 # old library mapped is not corrupted.
 build: deps
-	cargo build --release -p tsubame_native
+	cargo build --release -p tsubame_native -p tsubame-bench
 	@if [ ! -e $(NATIVE_SO) ] || [ $(CARGO_SO) -nt $(NATIVE_SO) ]; then \
 	  cp $(CARGO_SO) $(NATIVE_SO).tmp && mv -f $(NATIVE_SO).tmp $(NATIVE_SO); \
 	  echo "build: updated $(NATIVE_SO)"; \
+	fi
+	@if [ ! -e $(BENCH_BIN) ] || [ $(CARGO_BENCH) -nt $(BENCH_BIN) ]; then \
+	  cp $(CARGO_BENCH) $(BENCH_BIN).tmp && mv -f $(BENCH_BIN).tmp $(BENCH_BIN); \
+	  echo "build: updated $(BENCH_BIN)"; \
 	fi
 
 run: deps build
@@ -53,7 +59,7 @@ run: deps build
 # the exit status is still non-zero if either failed.
 test: deps build
 	@status=0; \
-	cargo test -p tsubame-engine --release || status=1; \
+	cargo test -p tsubame-engine -p tsubame-bench --release || status=1; \
 	$(RUBY_TESTS) || status=1; \
 	exit $$status
 

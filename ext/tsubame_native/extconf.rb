@@ -36,13 +36,16 @@ makefile = <<~MAKE
 
   all: $(DLLIB)
 
+  # tsubame-bench (`tsubame bench`) is built with it and installed beside it.
   $(DLLIB): FORCE
-  \t$(CARGO) build --release -p tsubame_native --manifest-path #{File.join(gem_root, "Cargo.toml").shellescape}
+  \t$(CARGO) build --release -p tsubame_native -p tsubame-bench --manifest-path #{File.join(gem_root, "Cargo.toml").shellescape}
   \tcp "$(CARGO_TARGET_DIR)/release/#{cargo_lib}" $(DLLIB)
+  \tcp "$(CARGO_TARGET_DIR)/release/tsubame-bench" tsubame-bench
 
   install: $(DLLIB)
   \tmkdir -p "$(RUBYARCHDIR)/tsubame"
   \tcp $(DLLIB) "$(RUBYARCHDIR)/tsubame/$(DLLIB)"
+  \tcp tsubame-bench "$(RUBYARCHDIR)/tsubame/tsubame-bench"
 
   clean:
 

@@ -2,6 +2,7 @@
 
 require "optparse"
 require "tsubame"
+require "tsubame/bench"
 require "tsubame/bind_uri"
 require "tsubame/config_loader"
 require "tsubame/launcher"
@@ -24,6 +25,8 @@ module Tsubame
 
     # Returns the process exit status.
     def run
+      return Bench.run(@argv.drop(1), stderr: @stderr, env: @env) if @argv.first == "bench"
+
       catch(:exit) do
         parse
         loader = ConfigLoader.new(@options, env: @env).load

@@ -136,7 +136,9 @@ pub fn fmt_bytes(n: u64) -> String {
 
 fn fmt_duration(d: Duration) -> String {
     let s = d.as_secs_f64();
-    if s < 60.0 {
+    if s < 1.0 {
+        format!("{s:.3}s")
+    } else if s < 60.0 {
         format!("{s:.2}s")
     } else {
         format!("{}m{:05.2}s", (s / 60.0).floor() as u64, s % 60.0)
