@@ -24,6 +24,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 struct State {
     jobs: VecDeque<Job>,
     waiting: usize,
+    /// Waiters notified but not yet awake: they are spoken for, so a push
+    /// must not count on them for another job.
+    woken: usize,
     /// Threads that took a job and have not asked for the next one.
     running: usize,
     /// Jobs taken so far, so the nudger can tell whether threads progress.
@@ -131,11 +134,12 @@ impl JobQueue {
         }
         job.queued_at = std::time::Instant::now();
         state.jobs.push_back(job);
-        if state.waiting == 0 || state.running > 0 {
+        if state.waiting <= state.woken || state.running > 0 {
             // Either nobody can take it yet, or a running thread probably
             // will: the watcher expires or nudges it if not.
             return Ok(Pushed::NudgeLater);
         }
+        state.woken += 1;
         drop(state);
         self.ready.notify_one();
         Ok(Pushed::Done)
@@ -145,12 +149,15 @@ impl JobQueue {
     /// `taken_before`. Returns the current taken count, or `None` once the
     /// queue is empty (nothing left to watch).
     pub fn nudge(&self, taken_before: u64) -> Option<u64> {
-        let state = self.lock();
+        let mut state = self.lock();
         if state.jobs.is_empty() {
             return None;
         }
         let taken = state.taken;
-        let wake = state.waiting > 0 && taken == taken_before;
+        let wake = state.waiting > state.woken && taken == taken_before;
+        if wake {
+            state.woken += 1;
+        }
         drop(state);
         if wake {
             self.ready.notify_one();
@@ -174,7 +181,10 @@ impl JobQueue {
         let mut state = self.lock();
         state.running = state.running.saturating_sub(1);
         state.jobs.push_front(job);
-        let wake = state.waiting > 0;
+        let wake = state.waiting > state.woken;
+        if wake {
+            state.woken += 1;
+        }
         drop(state);
         if wake {
             self.ready.notify_one();
@@ -207,6 +217,7 @@ impl JobQueue {
             state.waiting += 1;
             state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
             state.waiting -= 1;
+            state.woken = state.woken.saturating_sub(1);
         }
     }
 
@@ -299,6 +310,8 @@ mod tests {
         assert_eq!(q.nudge(before), None, "queue empty: stop watching");
         q.finished();
         q.finished();
+        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "the only waiter is already spoken for");
+        q.lock().woken = 0; // the nudged waiter woke up and went back to wait
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
     }
 
