@@ -310,7 +310,11 @@ mod tests {
         assert_eq!(q.nudge(before), None, "queue empty: stop watching");
         q.finished();
         q.finished();
-        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "the only waiter is already spoken for");
+        assert_eq!(
+            q.push(job()).unwrap(),
+            Pushed::NudgeLater,
+            "the only waiter is already spoken for"
+        );
         q.lock().woken = 0; // the nudged waiter woke up and went back to wait
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
     }
