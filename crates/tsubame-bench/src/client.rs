@@ -54,8 +54,6 @@ pub struct Connection {
     end: usize,
     /// Requests completed on this connection.
     pub served: u64,
-    /// Whether any byte of the current response arrived.
-    pub received_any: bool,
 }
 
 pub async fn connect(address: &Address) -> Result<Connection, Failure> {
@@ -73,7 +71,6 @@ pub async fn connect(address: &Address) -> Result<Connection, Failure> {
         start: 0,
         end: 0,
         served: 0,
-        received_any: false,
     })
 }
 
@@ -248,13 +245,11 @@ impl Connection {
             .await
             .map_err(|e| Failure::from_io(&e, false))?;
         self.end += n;
-        self.received_any |= n > 0;
         Ok(n)
     }
 
     /// Sends `request` and reads its response.
     pub async fn exchange(&mut self, request: &[u8], head_request: bool) -> Result<Response, Failure> {
-        self.received_any = self.start < self.end;
         self.stream
             .write_all(request)
             .await
@@ -414,7 +409,6 @@ mod tests {
             start: 0,
             end: 0,
             served: 0,
-            received_any: false,
         };
         let server = tokio::spawn(async move {
             let mut req = [0u8; 64];

@@ -299,20 +299,16 @@ async fn connection_task(shared: Arc<Shared>, recorder: Rc<RefCell<Recorder>>, n
     }
 }
 
-/// Sends one request on the kept connection or a new one. A kept
-/// connection that the server closed while idle (nothing of the response
-/// arrived) is replaced once.
+/// Sends one request on the kept connection or a new one. A failed
+/// request is not retried, so every failure is counted (a server that
+/// closes idle connections without `Connection: close` shows up as
+/// "connection closed early").
 async fn send(slot: &mut Option<Connection>, plan: &Plan, request: &Prepared) -> Result<Response, Failure> {
-    let (mut conn, reused) = match slot.take() {
-        Some(conn) => (conn, true),
-        None => (connect(&plan.address).await?, false),
+    let mut conn = match slot.take() {
+        Some(conn) => conn,
+        None => connect(&plan.address).await?,
     };
-    let mut result = conn.exchange(&request.bytes, request.head).await;
-    if reused && !conn.received_any && matches!(result, Err(Failure::Closed | Failure::Reset | Failure::BrokenPipe)) {
-        conn = connect(&plan.address).await?;
-        result = conn.exchange(&request.bytes, request.head).await;
-    }
-    let response = result?;
+    let response = conn.exchange(&request.bytes, request.head).await?;
     if response.reusable && plan.keepalive {
         *slot = Some(conn);
     }
