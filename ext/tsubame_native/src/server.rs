@@ -215,22 +215,11 @@ impl Server {
     /// finished. Returns :drained or :timed_out.
     pub fn wait(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
         let engine = &rb_self.engine;
-        loop {
-            let interrupted = AtomicBool::new(false);
-            let (outcome, raised) = without_gvl(
-                || engine.wait_stopped(&interrupted),
-                || {
-                    interrupted.store(true, Ordering::Release);
-                    engine.wake_waiters();
-                },
-            );
-            raised?;
-            match outcome.flatten() {
-                Some(StopOutcome::Drained) => return Ok(ruby.to_symbol("drained")),
-                Some(StopOutcome::TimedOut { .. }) => return Ok(ruby.to_symbol("timed_out")),
-                None => ruby.thread_check_ints()?,
-            }
-        }
+        let outcome = wait_interruptibly(ruby, |flag| engine.wait_stopped(flag), || engine.wake_waiters())?;
+        Ok(ruby.to_symbol(match outcome {
+            StopOutcome::Drained => "drained",
+            StopOutcome::TimedOut { .. } => "timed_out",
+        }))
     }
 
     pub fn stats(ruby: &Ruby, rb_self: &Self) -> Result<RHash, Error> {
@@ -265,25 +254,45 @@ impl Server {
     /// GVL released.
     pub fn next_timeout(ruby: &Ruby, rb_self: &Self) -> Result<Option<u64>, Error> {
         let timed_out = rb_self.engine.timed_out();
-        loop {
-            let interrupted = AtomicBool::new(false);
-            let (next, raised) = without_gvl(
-                || timed_out.wait(&interrupted),
-                || {
-                    interrupted.store(true, Ordering::Release);
-                    timed_out.wake_all();
-                },
-            );
-            raised?;
-            match next {
-                Some(NextTimeout::Seq(seq)) => return Ok(Some(seq)),
-                Some(NextTimeout::Closed) => return Ok(None),
-                Some(NextTimeout::Interrupted) | None => ruby.thread_check_ints()?,
-            }
-        }
+        let next = wait_interruptibly(
+            ruby,
+            |flag| match timed_out.wait(flag) {
+                NextTimeout::Seq(seq) => Some(Some(seq)),
+                NextTimeout::Closed => Some(None),
+                NextTimeout::Interrupted => None,
+            },
+            || timed_out.wake_all(),
+        )?;
+        Ok(next)
     }
 
     pub fn backlog(&self) -> usize {
         self.engine.queue().len()
+    }
+}
+
+/// Runs `wait` with the GVL released until it returns `Some`. When Ruby
+/// needs the thread (a signal, `Thread#raise`, `Thread#kill`), `wake` makes
+/// `wait` see its flag and return `None`; pending interrupts are then run
+/// (they may raise) and the wait resumes.
+fn wait_interruptibly<T>(
+    ruby: &Ruby,
+    wait: impl Fn(&AtomicBool) -> Option<T>,
+    wake: impl Fn(),
+) -> Result<T, Error> {
+    loop {
+        let interrupted = AtomicBool::new(false);
+        let (result, raised) = without_gvl(
+            || wait(&interrupted),
+            || {
+                interrupted.store(true, Ordering::Release);
+                wake();
+            },
+        );
+        raised?;
+        match result.flatten() {
+            Some(value) => return Ok(value),
+            None => ruby.thread_check_ints()?,
+        }
     }
 }
