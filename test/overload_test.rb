@@ -13,6 +13,13 @@ class OverloadTest < Minitest::Test
       case env["PATH_INFO"]
       when "/slow" then sleep Float(env["QUERY_STRING"][/s=([\\d.]+)/, 1] || 60); [200, {}, ["slow"]]
       when "/extended" then env["tsubame.request"].deadline = 5; sleep 2; [200, {}, ["extended"]]
+      when "/stubborn"
+        begin
+          sleep 3
+        rescue Exception # swallows Tsubame::RequestTimeout, as badly written code can
+          sleep 2
+        end
+        [200, {}, ["too late"]]
       when "/upload" then [200, {}, [env["rack.input"].read.bytesize.to_s]]
       else [200, { "content-type" => "text/plain" }, ["fast"]]
       end
@@ -95,6 +102,22 @@ class OverloadTest < Minitest::Test
       shed.each { |_, seconds| assert_in_delta 1.0, seconds, 0.6 }
       assert_equal 5, results.count { |status, _| status == :timeout }, "the five running ones are still running"
       assert_equal 5, s.stderr.scan(/503 queue_timeout #\d+ GET \/slow/).size
+    end
+  end
+
+  def test_a_thread_that_ignores_its_timeout_is_reported_stuck
+    Dir.mktmpdir do |dir|
+      config = File.join(dir, "tsubame.rb")
+      File.write(config, "request_timeout 1\nrequest_timeout_grace 1\nhealth_check_path '/up'\n")
+      with_server(APP, args: ["-C", config, "-t", "2:2"]) do |s|
+        status, seconds, = timed_get(s, "/stubborn", client_timeout: 5)
+        assert_equal 503, status
+        assert_in_delta 1.0, seconds, 0.5
+        assert_equal 0, health(s)["stuck_threads"], "still inside its grace period"
+        wait_for_state(s) { |h| h["stuck_threads"] == 1 }
+        assert_match(/tsubame-\d is still running request #\d+ 1\.0s after its timeout: thread stuck/, s.stderr)
+        assert_equal 200, timed_get(s, "/fast")[0], "the other thread still serves"
+      end
     end
   end
 

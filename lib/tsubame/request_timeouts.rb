@@ -12,15 +12,12 @@ module Tsubame
     IMMEDIATE = { RequestTimeout => :immediate }.freeze
     DEFERRED = { RequestTimeout => :never }.freeze
 
-    attr_reader :stuck_count
-
     def initialize(native, grace, log)
       @native = native
       @grace = grace
       @log = log
       @running = []
       @threads = []
-      @stuck_count = 0
     end
 
     def start(threads)
@@ -66,12 +63,13 @@ module Tsubame
     end
 
     # A thread blocked in C code (or rescuing Exception) may ignore the
-    # raise; after the grace period it is reported and counted.
+    # raise; after the grace period it is logged and counted in the
+    # engine's stats (`stuck_threads` in the probe JSON and Server#stats).
     def check_stuck_later(index, request, seq)
       Thread.new do
         sleep @grace
         if @running[index].equal?(request)
-          @stuck_count += 1
+          @native.report_stuck_thread
           @log.call("tsubame-#{index} is still running request ##{seq} #{@grace}s after its timeout: thread stuck")
         end
       end

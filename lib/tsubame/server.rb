@@ -83,9 +83,7 @@ module Tsubame
     end
 
     def stats
-      stats = @native.stats
-      stats["stuck_threads"] = @timeouts ? @timeouts.stuck_count : 0
-      stats
+      @native.stats
     end
 
     private

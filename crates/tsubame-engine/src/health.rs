@@ -67,7 +67,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         concat!(
             "{{\"status\":\"{}\",\"busy_threads\":{},\"max_threads\":{},\"queue_depth\":{},",
             "\"connections\":{},\"workers\":0,\"draining\":{},\"requests_total\":{},",
-            "\"timed_out\":{},\"read_timeouts\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
+            "\"timed_out\":{},\"stuck_threads\":{},\"read_timeouts\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
             "\"request_timeout\":{},\"connection_limit\":{},\"upload_limit\":{}}},",
             "\"queue_wait_ms\":{{\"p50\":{:.3},\"p99\":{:.3}}}}}\n"
         ),
@@ -79,6 +79,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         shared.is_stopping(),
         stats.requests_total,
         stats.shed_request_timeout,
+        stats.stuck_threads,
         stats.read_timeouts,
         stats.shed_queue_full,
         stats.shed_queue_timeout,

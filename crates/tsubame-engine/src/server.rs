@@ -135,6 +135,12 @@ impl Engine {
         &self.shared.timed_out
     }
 
+    /// The Ruby side found a thread still running a request after its
+    /// timeout's grace period.
+    pub fn report_stuck_thread(&self) {
+        Stats::bump(&self.shared.stats.stuck_threads);
+    }
+
     /// The liveness JSON, also used for stats.
     pub fn status_json(&self) -> String {
         crate::health::status_json(&self.shared, "ok")

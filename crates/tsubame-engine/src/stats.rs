@@ -18,6 +18,9 @@ pub struct Stats {
     pub shed_request_timeout: AtomicU64,
     pub shed_connections: AtomicU64,
     pub shed_uploads: AtomicU64,
+    /// Threads still running a request after its timeout and grace period,
+    /// as reported by the Ruby side.
+    pub stuck_threads: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +36,7 @@ pub struct StatsSnapshot {
     pub shed_request_timeout: u64,
     pub shed_connections: u64,
     pub shed_uploads: u64,
+    pub stuck_threads: u64,
     pub backlog: u64,
 }
 
@@ -65,6 +69,7 @@ impl Stats {
             shed_request_timeout: get(&self.shed_request_timeout),
             shed_connections: get(&self.shed_connections),
             shed_uploads: get(&self.shed_uploads),
+            stuck_threads: get(&self.stuck_threads),
             backlog: backlog as u64,
         }
     }

@@ -36,6 +36,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("backlog", method!(server::Server::backlog, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
+    server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;

@@ -235,6 +235,7 @@ impl Server {
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;
+        hash.aset("stuck_threads", s.stuck_threads)?;
         let shed = ruby.hash_new();
         shed.aset("queue_full", s.shed_queue_full)?;
         shed.aset("queue_timeout", s.shed_queue_timeout)?;
@@ -264,6 +265,10 @@ impl Server {
             || timed_out.wake_all(),
         )?;
         Ok(next)
+    }
+
+    pub fn report_stuck_thread(&self) {
+        self.engine.report_stuck_thread();
     }
 
     pub fn backlog(&self) -> usize {
