@@ -233,17 +233,19 @@ class ConfigTest < Minitest::Test
 
   def test_puma_only_directives_are_collected_not_errors
     source = <<~RUBY
-      workers 2
-      preload_app!
+      fork_worker
+      nakayoshi_fork
       threads 1, 4
-      on_worker_boot do
+      before_refork do
         raise "never called"
       end
+      plugin :heroku
       plugin :tmp_restart
     RUBY
     options, loader = load_file(source, name: "config/puma.rb")
     assert_equal 4, options[:threads_max]
-    expected = { "workers" => 1, "preload_app!" => 2, "on_worker_boot" => 4, "plugin" => 7 }
+    assert options[:tmp_restart], "a plugin Tsubame has is not ignored"
+    expected = { "fork_worker" => 1, "nakayoshi_fork" => 2, "before_refork" => 4, "plugin :heroku" => 7 }
     assert_equal expected.size, loader.ignored.size
     expected.zip(loader.ignored).each do |(name, line), entry|
       assert_match(/\A#{Regexp.escape(name)} \(.*config\/puma\.rb:#{line}\)\z/, entry)
@@ -340,10 +342,21 @@ class ConfigTest < Minitest::Test
     end
   end
 
-  def test_web_concurrency_is_reported_not_applied
+  def test_web_concurrency_is_the_default_worker_count
     in_tmpdir do |dir|
-      assert_equal ["WEB_CONCURRENCY (environment)"], load_config(dir, env: { "WEB_CONCURRENCY" => "4" }).last.ignored
-      assert_empty load_config(dir, env: { "WEB_CONCURRENCY" => "0" }).last.ignored
+      options, loader = load_config(dir, env: { "WEB_CONCURRENCY" => "4" })
+      assert_equal 4, options[:workers]
+      assert_empty loader.ignored
+      assert_equal 0, load_config(dir).first[:workers]
+      # As in Puma, the config file's `workers` wins over it...
+      write_file(dir, "config/puma.rb", "workers 2\n")
+      assert_equal 2, load_config(dir, env: { "WEB_CONCURRENCY" => "4" }).first[:workers]
+      # ...and so does -w.
+      options, = load_config(dir, env: { "WEB_CONCURRENCY" => "4" }) { |o| o.set(:workers, 3) }
+      assert_equal 3, options[:workers]
+      assert_config_error(/\AWEB_CONCURRENCY: workers must be a non-negative integer/) do
+        load_config(dir, env: { "WEB_CONCURRENCY" => "lots" })
+      end
     end
   end
 

@@ -61,6 +61,7 @@ module Tsubame
         listen_flags(o)
         tuning_flags(o)
         config_flags(o)
+        cluster_flags(o)
         info_flags(o)
       end
     end
@@ -131,6 +132,37 @@ module Tsubame
       opts.on("-v", "--log-requests", "Log every request to stdout") do
         @options.set(:log_requests, true, layer: LAYER)
         @options.set(:quiet, false, layer: LAYER)
+      end
+    end
+
+    def cluster_flags(opts)
+      opts.on("-w", "--workers N",
+              "Fork N worker processes (cluster mode); 0: one process (default: WEB_CONCURRENCY or 0)") do |n|
+        @options.set(:workers, n, layer: LAYER)
+      end
+      opts.on("--preload", "Load the app in the master before forking workers") do
+        @options.set(:preload_app, true, layer: LAYER)
+      end
+      opts.on("--control-url URL", "Serve the control app on tcp://HOST:PORT or unix://PATH") do |url|
+        @options.set(:control_url, url, layer: LAYER)
+      end
+      opts.on("--control-token TOKEN", "Token the control app requires (default: a random one)") do |token|
+        @options.set(:control_token, token, layer: LAYER)
+      end
+      opts.on("-S", "--state PATH", "Write a state file (pid, control app address) to PATH") do |path|
+        @options.set(:state_path, path, layer: LAYER)
+      end
+      opts.on("--tag NAME", "Name shown in the process titles") do |name|
+        @options.set(:tag, name, layer: LAYER)
+      end
+      opts.on("--redirect-stdout PATH", "Send stdout to PATH (reopened on HUP)") do |path|
+        @options.set(:redirect_stdout, path, layer: LAYER)
+      end
+      opts.on("--redirect-stderr PATH", "Send stderr to PATH (reopened on HUP)") do |path|
+        @options.set(:redirect_stderr, path, layer: LAYER)
+      end
+      opts.on("--redirect-append", "Append to the redirect files instead of truncating them") do
+        @options.set(:redirect_append, true, layer: LAYER)
       end
     end
 

@@ -3,6 +3,8 @@
 require "tsubame/errors"
 require "tsubame/bind_uri"
 require "tsubame/options"
+require "tsubame/control_token"
+require "tmpdir"
 
 module Tsubame
   # The config file language: Puma's directives, so an existing
@@ -18,22 +20,22 @@ module Tsubame
     # plugins, the control app...). A config written for Puma should still
     # boot, with one warning, rather than fail on the first of them.
     NOT_YET = %i[
-      activate_control_app after_worker_boot after_worker_fork app before_fork
-      before_refork before_thread_exit before_thread_start before_worker_boot
-      before_worker_fork before_worker_shutdown clean_thread_locals debug
+      app before_refork before_thread_exit before_thread_start
+      before_worker_fork clean_thread_locals debug
       directory drain_on_shutdown early_hints extra_runtime_dependencies
       fork_worker io_selector_backend log_formatter max_fast_inline
-      mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork on_booted
-      on_refork on_restart on_stopped on_thread_exit on_thread_start
-      on_worker_boot on_worker_fork on_worker_shutdown out_of_band plugin
-      preload_app! prune_bundler queue_requests rack_url_scheme
+      mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
+      on_refork on_stopped on_thread_exit on_thread_start
+      on_worker_fork out_of_band
+      prune_bundler queue_requests rack_url_scheme
       raise_exception_on_sigterm restart_command set_remote_address
       shutdown_debug silence_fork_callback_warning
-      silence_single_worker_warning ssl_bind state_path state_permission
-      stdout_redirect tag wait_for_less_busy_worker worker_boot_timeout
-      worker_check_interval worker_culling_strategy worker_shutdown_timeout
-      worker_timeout workers
+      silence_single_worker_warning ssl_bind state_permission
+      worker_culling_strategy
     ].freeze
+
+    # Plugins Tsubame provides itself; any other is listed in the warning.
+    PLUGINS = %w[tmp_restart].freeze
 
     LAYER = :file
 
@@ -205,6 +207,108 @@ module Tsubame
       set(:tcp_nodelay, which)
     end
 
+    # --- cluster mode -------------------------------------------------------
+
+    def workers(count)
+      set(:workers, count)
+    end
+
+    def preload_app!(which = true)
+      set(:preload_app, which)
+    end
+
+    def worker_timeout(seconds)
+      set(:worker_timeout, seconds)
+    end
+
+    def worker_boot_timeout(seconds)
+      set(:worker_boot_timeout, seconds)
+    end
+
+    def worker_shutdown_timeout(seconds)
+      set(:worker_shutdown_timeout, seconds)
+    end
+
+    def worker_check_interval(seconds)
+      set(:worker_check_interval, seconds)
+    end
+
+    def worker_max_requests(count)
+      set(:worker_max_requests, count)
+    end
+
+    def worker_max_memory(megabytes)
+      set(:worker_max_memory, megabytes)
+    end
+
+    # Puma's directive. On by default here, at 0.025 s rather than Puma's
+    # 0.005: on a loaded machine an idle worker can take longer than 5 ms to
+    # be scheduled, and the delay only costs anything while every worker is
+    # busy. `nil` turns it off. See crates/tsubame-engine/src/accept.rs.
+    def wait_for_less_busy_worker(seconds = Options::DEFAULTS[:wait_for_less_busy_worker])
+      set(:wait_for_less_busy_worker, seconds)
+    end
+
+    def before_fork(&block)
+      hook(:before_fork, block)
+    end
+
+    def on_worker_boot(&block)
+      hook(:on_worker_boot, block)
+    end
+    alias before_worker_boot on_worker_boot
+
+    def on_worker_shutdown(&block)
+      hook(:on_worker_shutdown, block)
+    end
+    alias before_worker_shutdown on_worker_shutdown
+
+    def after_worker_fork(&block)
+      hook(:after_worker_fork, block)
+    end
+    alias after_worker_boot after_worker_fork
+
+    def on_booted(&block)
+      hook(:on_booted, block)
+    end
+
+    def on_restart(&block)
+      hook(:on_restart, block)
+    end
+
+    # Puma's form: activate_control_app "tcp://127.0.0.1:9293",
+    # { auth_token: "secret" } or { no_token: true }. Without either, a
+    # random token is made at boot (see README "Control app").
+    def activate_control_app(url = "auto", opts = {})
+      url = "unix://#{File.join(Dir.tmpdir, "tsubame-ctl-#{Process.pid}.sock")}" if url == "auto"
+      set(:control_url, url)
+      set(:control_token, opts[:auth_token]) if opts[:auth_token]
+      set(:control_token, ControlToken::NONE) if opts[:no_token]
+    end
+
+    def state_path(path)
+      set(:state_path, path)
+    end
+
+    def stdout_redirect(stdout = nil, stderr = nil, append = false)
+      set(:redirect_stdout, stdout)
+      set(:redirect_stderr, stderr)
+      set(:redirect_append, append)
+    end
+
+    def tag(name)
+      set(:tag, name)
+    end
+
+    def plugin(name)
+      if PLUGINS.include?(name.to_s)
+        set(name.to_sym, true)
+      else
+        @ignored << "plugin #{name.inspect} (#{location(caller_locations)})"
+      end
+      nil
+    end
+
     NOT_YET.each do |name|
       define_method(name) do |*_args, **_options, &_block|
         @ignored << "#{name} (#{location(caller_locations)})"
@@ -216,6 +320,12 @@ module Tsubame
 
     def set(key, value)
       @options.set(key, value, layer: LAYER)
+    end
+
+    def hook(key, block)
+      raise ConfigError, "#{key} needs a block" unless block
+
+      @options.append(key, block, layer: LAYER)
     end
 
     def evaluate(source)

@@ -17,21 +17,28 @@ module Tsubame
     ENVIRONMENT = %w[APP_ENV RACK_ENV RAILS_ENV].freeze
     MAX_THREADS = %w[PUMA_MAX_THREADS MAX_THREADS RAILS_MAX_THREADS].freeze
     MIN_THREADS = %w[PUMA_MIN_THREADS MIN_THREADS RAILS_MIN_THREADS].freeze
-    # Cluster mode does not exist yet; a value that would start workers under
-    # Puma gets a warning instead of silently running one process.
-    NOT_YET = %w[WEB_CONCURRENCY].freeze
 
     module_function
 
     # Returns the variables that were set but are not implemented, as
-    # "NAME (environment)" entries for the launcher's warning.
+    # "NAME (environment)" entries for the launcher's warning (none now).
     def apply(options, env = ENV)
       environment = first_set(env, ENVIRONMENT)
       from(environment) { options.set(:environment, env[environment], layer: :env) } if environment
       apply_threads(options, env)
       apply_port(options, env)
       apply_timeouts(options, env)
-      NOT_YET.select { |name| workers?(env[name]) }.map { |name| "#{name} (environment)" }
+      apply_workers(options, env)
+      []
+    end
+
+    # Puma reads WEB_CONCURRENCY as the default worker count, so a
+    # `workers` directive or -w still wins over it (unlike the thread
+    # variables, which Puma applies over the config file).
+    def apply_workers(options, env)
+      return unless set?(env["WEB_CONCURRENCY"])
+
+      from("WEB_CONCURRENCY") { options.set(:workers, env["WEB_CONCURRENCY"].strip, layer: :default) }
     end
 
     def apply_threads(options, env)
@@ -69,10 +76,6 @@ module Tsubame
 
     def set?(value)
       !value.nil? && !value.strip.empty?
-    end
-
-    def workers?(value)
-      set?(value) && !%w[0 1].include?(value.strip)
     end
 
     def from(name)

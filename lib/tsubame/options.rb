@@ -51,7 +51,31 @@ module Tsubame
       pidfile: nil,
       lowlevel_error_handler: nil,
       quiet: false,
-      config_files: [].freeze
+      config_files: [].freeze,
+      # Cluster mode (docs/SIGNALS.md, README "Cluster mode").
+      workers: 0,
+      preload_app: false,
+      worker_timeout: 60.0,
+      worker_boot_timeout: nil,
+      worker_shutdown_timeout: nil,
+      worker_check_interval: 1.0,
+      worker_max_requests: nil,
+      worker_max_memory: nil,
+      control_url: nil,
+      control_token: nil,
+      state_path: nil,
+      redirect_stdout: nil,
+      redirect_stderr: nil,
+      redirect_append: false,
+      tag: nil,
+      tmp_restart: false,
+      wait_for_less_busy_worker: 0.025,
+      before_fork: [].freeze,
+      on_worker_boot: [].freeze,
+      on_worker_shutdown: [].freeze,
+      after_worker_fork: [].freeze,
+      on_booted: [].freeze,
+      on_restart: [].freeze
     }.freeze
 
     # What the Rust engine receives; everything else stays on the Ruby side.
@@ -96,10 +120,33 @@ module Tsubame
       pidfile: :optional_string,
       lowlevel_error_handler: :optional_callable,
       quiet: :boolean,
-      config_files: :strings
+      config_files: :strings,
+      workers: :integer,
+      preload_app: :boolean,
+      worker_timeout: :timeout,
+      worker_boot_timeout: :optional_timeout,
+      worker_shutdown_timeout: :optional_timeout,
+      worker_check_interval: :timeout,
+      worker_max_requests: :optional_positive_integer,
+      worker_max_memory: :optional_megabytes,
+      control_url: :optional_control_url,
+      control_token: :optional_string,
+      state_path: :optional_string,
+      redirect_stdout: :optional_string,
+      redirect_stderr: :optional_string,
+      redirect_append: :boolean,
+      tag: :optional_string,
+      tmp_restart: :boolean,
+      wait_for_less_busy_worker: :optional_delay,
+      before_fork: :hooks,
+      on_worker_boot: :hooks,
+      on_worker_shutdown: :hooks,
+      after_worker_fork: :hooks,
+      on_booted: :hooks,
+      on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings].freeze
+    LIST_KINDS = %i[binds strings hooks].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -215,7 +262,44 @@ module Tsubame
       when :optional_string then value.nil? ? nil : string(key, value)
       when :optional_callable then callable(key, value)
       when :strings then Array(value).map { |item| string(key, item) }.freeze
+      else coerce_cluster(key, value)
       end
+    end
+
+    def coerce_cluster(key, value)
+      case KINDS.fetch(key)
+      when :timeout then timeout(key, value)
+      when :optional_timeout then value.nil? ? nil : timeout(key, value)
+      when :optional_positive_integer then value.nil? ? nil : integer(key, value, 1, "a positive integer or nil")
+      when :optional_megabytes then value.nil? ? nil : megabytes(key, value)
+      when :optional_control_url then value.nil? ? nil : control_url(key, value)
+      when :optional_delay then value.nil? || value == false ? nil : seconds(key, value)
+      when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
+      end
+    end
+
+    # A timeout of zero would fire at once; "off" is not offered for these.
+    def timeout(key, value)
+      number = seconds(key, value)
+      raise ConfigError, "#{key} must be more than 0 seconds (got #{value.inspect})" unless number.positive?
+
+      number
+    end
+
+    def megabytes(key, value)
+      number = Float(value) if value.is_a?(String) || value.is_a?(Numeric)
+      return number if number&.finite? && number.positive?
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be a positive number of megabytes (got #{value.inspect})"
+    end
+
+    def control_url(key, value)
+      text = value.to_s
+      return BindURI.validate(text) if text.start_with?("tcp://", "unix://")
+
+      raise ConfigError, "#{key} must be tcp://HOST:PORT or unix://PATH (got #{value.inspect})"
     end
 
     def coerce_binds(value)

@@ -11,6 +11,7 @@ require "tsubame/errors"
 require "tsubame/tsubame_native"
 require "tsubame/stream"
 require "tsubame/app_errors"
+require "tsubame/listeners"
 require "tsubame/request_timeouts"
 
 module Tsubame
@@ -28,18 +29,38 @@ module Tsubame
 
     attr_reader :app, :options
 
-    def initialize(app, options)
+    # listeners: sockets bound elsewhere (a cluster worker's, inherited from
+    # the master); by default the server binds options[:binds] itself.
+    # busy_accept_delay: for cluster workers sharing those sockets, how long
+    # to hold back from a new connection while no thread is idle, so an
+    # idle worker takes it first.
+    def initialize(app, options, listeners: nil, busy_accept_delay: nil)
       @app = app
       @options = options
+      @listeners = listeners
+      @busy_accept_delay = busy_accept_delay
       @native = nil
       @threads = []
+      @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
 
-    # Binds every listener; raises Tsubame::BindError naming the bind.
+    # Binds every listener; raises Tsubame::BindError naming the bind. The
+    # engine adopts duplicates of the sockets (see Listeners), so they can
+    # outlive it: a hot restart hands them to the next process.
     def bind
-      @native ||= Native::Server.new(@options.native)
+      @listeners ||= Listeners.bind(@options[:binds], @options[:backlog])
+      @native ||= begin
+        native = @options.native
+        native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
+        Native::Server.new(native)
+      end
       self
+    end
+
+    def listeners
+      bind
+      @listeners
     end
 
     def addresses
@@ -58,8 +79,13 @@ module Tsubame
     end
 
     # Begins a graceful stop. Safe to call from a trap handler.
-    def stop
+    # close_listeners: false keeps the sockets open (for a hot restart, or
+    # for a cluster master that still holds them); #wait then leaves them
+    # to the caller.
+    def stop(close_listeners: true)
       @native&.stop
+      # Closed by #wait's thread, not here: a trap handler should do no I/O.
+      @events << :close_listeners if close_listeners
     end
 
     # Blocks until the engine has drained, then until the threads finish.
@@ -68,10 +94,21 @@ module Tsubame
     # The native wait runs on a helper thread while this one sleeps in
     # Queue#pop: Ruby delivers signals (and runs trap handlers) only to a
     # main thread sleeping in Ruby, not one blocked inside an extension.
+    #
+    # Once the engine stopped accepting, closing our copies of the sockets
+    # lets the kernel refuse new clients at once, instead of queueing them
+    # on a socket nobody will accept on again.
     def wait
-      done = Thread::Queue.new
-      waiter = Thread.new { done << @native.wait }
-      outcome = done.pop
+      waiter = Thread.new { @events << [:stopped, @native.wait] }
+      outcome = nil
+      until outcome
+        event = @events.pop
+        if event == :close_listeners
+          @listeners.close
+        else
+          outcome = event.last
+        end
+      end
       waiter.join
       join_threads
       outcome
@@ -84,6 +121,27 @@ module Tsubame
 
     def stats
       @native.stats
+    end
+
+    # Puma's names for what a worker reports to the master (the "last_status"
+    # of its stats), plus Tsubame's own. Threads are all started at boot, so
+    # "running" (threads spawned) is the maximum.
+    def status
+      stats = self.stats
+      max = @options[:threads_max]
+      idle = [stats["waiting_threads"].to_i, max].min
+      backlog = stats["backlog"].to_i
+      {
+        "backlog" => backlog,
+        "running" => max,
+        "pool_capacity" => idle,
+        "max_threads" => max,
+        "busy_threads" => max - idle + backlog,
+        "requests_count" => stats["requests_total"].to_i,
+        "requests_in_flight" => max - idle,
+        "connections_active" => stats["connections_active"].to_i,
+        "engine" => stats
+      }
     end
 
     private

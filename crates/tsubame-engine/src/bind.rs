@@ -15,6 +15,7 @@ use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindTarget {
@@ -28,6 +29,8 @@ pub struct BindSpec {
     pub uri: String,
     pub target: BindTarget,
     pub backlog: Option<u32>,
+    /// See `accept.rs`: set on the binds of cluster workers.
+    pub busy_accept_delay: Option<Duration>,
 }
 
 /// A bound, listening socket plus what the Rack env needs to know about it.
@@ -44,6 +47,7 @@ pub struct Bound {
     pub address: String,
     pub server_name: String,
     pub server_port: u16,
+    pub busy_accept_delay: Option<Duration>,
 }
 
 impl BindSpec {
@@ -60,6 +64,7 @@ impl BindSpec {
             None => (rest, None),
         };
         let mut backlog = None;
+        let mut busy_accept_delay = None;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
@@ -69,6 +74,14 @@ impl BindSpec {
                             .parse::<u32>()
                             .map_err(|_| invalid("backlog must be a whole number"))?,
                     )
+                }
+                "busy_accept_delay" => {
+                    let seconds = value
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .ok_or_else(|| invalid("busy_accept_delay must be a number of seconds"))?;
+                    busy_accept_delay = Some(Duration::from_secs_f64(seconds)).filter(|d| !d.is_zero());
                 }
                 // Puma accepts these on tcp binds; they change nothing here.
                 "low_latency" | "reuse_port" => {}
@@ -97,6 +110,7 @@ impl BindSpec {
             uri: uri.to_string(),
             target,
             backlog,
+            busy_accept_delay,
         })
     }
 
@@ -125,6 +139,7 @@ impl BindSpec {
                         address: format!("tcp://{}", format_addr(&local)),
                         server_name: host.trim_start_matches('[').trim_end_matches(']').to_string(),
                         server_port: local.port(),
+                        busy_accept_delay: self.busy_accept_delay,
                         listener: Listener::Tcp(listener),
                     });
                 }
@@ -137,17 +152,20 @@ impl BindSpec {
                     address: format!("unix://{}", path.display()),
                     server_name: "localhost".into(),
                     server_port: 0,
+                    busy_accept_delay: self.busy_accept_delay,
                     listener: Listener::Unix(listener, path.clone()),
                 }])
             }
-            BindTarget::Fd(fd) => adopt(*fd).map(|bound| vec![bound]).map_err(io_err),
+            BindTarget::Fd(fd) => adopt(*fd, self.busy_accept_delay)
+                .map(|bound| vec![bound])
+                .map_err(io_err),
         }
     }
 }
 
 /// Listens on a duplicate of the inherited descriptor `fd`, which must be a
 /// listening stream socket (TCP or UNIX).
-fn adopt(fd: RawFd) -> std::io::Result<Bound> {
+fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>) -> std::io::Result<Bound> {
     // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags; it fails
     // with EBADF, touching nothing, when fd is not open.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
@@ -169,6 +187,7 @@ fn adopt(fd: RawFd) -> std::io::Result<Bound> {
             address: format!("tcp://{}", format_addr(&addr)),
             server_name: addr.ip().to_string(),
             server_port: addr.port(),
+            busy_accept_delay,
             listener: Listener::Tcp(listener),
         });
     }
@@ -177,6 +196,7 @@ fn adopt(fd: RawFd) -> std::io::Result<Bound> {
         address: format!("unix://{}", path.display()),
         server_name: "localhost".into(),
         server_port: 0,
+        busy_accept_delay,
         listener: Listener::Unix(socket.into(), PathBuf::new()),
     })
 }
@@ -268,7 +288,9 @@ mod tests {
         assert_eq!(spec.backlog, Some(64));
         let spec = BindSpec::parse("unix:///tmp/t.sock").unwrap();
         assert_eq!(spec.target, BindTarget::Unix("/tmp/t.sock".into()));
-        assert_eq!(BindSpec::parse("fd://7").unwrap().target, BindTarget::Fd(7));
+        let spec = BindSpec::parse("fd://7?busy_accept_delay=0.005").unwrap();
+        assert_eq!(spec.target, BindTarget::Fd(7));
+        assert_eq!(spec.busy_accept_delay, Some(Duration::from_millis(5)));
     }
 
     #[test]
@@ -283,6 +305,7 @@ mod tests {
             "fd://",
             "fd://-1",
             "fd://x",
+            "fd://3?busy_accept_delay=soon",
         ] {
             let err = BindSpec::parse(uri).unwrap_err().to_string();
             assert!(err.starts_with(uri), "{err}");

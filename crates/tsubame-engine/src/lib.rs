@@ -4,6 +4,7 @@
 //! The Ruby binding (`ext/tsubame_native`) is the only consumer of the
 //! queue in production; the tests in this crate play the application.
 
+mod accept;
 pub mod bind;
 pub mod body;
 pub mod chunked;

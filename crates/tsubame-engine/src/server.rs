@@ -1,6 +1,7 @@
 //! The engine as a whole: listeners bound at boot, a tokio runtime on its
 //! own threads started later, accept loops, and a graceful stop.
 
+use crate::accept::Acceptor;
 use crate::bind::{BindSpec, Bound, Listener};
 use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo};
@@ -181,12 +182,12 @@ impl Engine {
             match bound.listener {
                 Listener::Tcp(std) => {
                     let _guard = runtime.enter();
-                    let listener = tokio::net::TcpListener::from_std(std)?;
+                    let listener = Acceptor::new(std, bound.busy_accept_delay)?;
                     runtime.spawn(accept_tcp(listener, info, shared));
                 }
                 Listener::Unix(std, path) => {
                     let _guard = runtime.enter();
-                    let listener = tokio::net::UnixListener::from_std(std)?;
+                    let listener = Acceptor::new(std, bound.busy_accept_delay)?;
                     runtime.spawn(accept_unix(listener, path, info, shared));
                 }
             }
@@ -360,7 +361,7 @@ async fn accept_failed(err: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn accept_tcp(listener: tokio::net::TcpListener, info: Arc<ListenerInfo>, shared: Arc<Shared>) {
+async fn accept_tcp(listener: Acceptor<std::net::TcpListener>, info: Arc<ListenerInfo>, shared: Arc<Shared>) {
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -368,7 +369,7 @@ async fn accept_tcp(listener: tokio::net::TcpListener, info: Arc<ListenerInfo>, 
         tokio::select! {
             biased;
             _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(&shared.queue) => match accepted {
                 Ok((stream, peer)) => {
                     if shared.opts.tcp_nodelay {
                         let _ = stream.set_nodelay(true);
@@ -382,7 +383,12 @@ async fn accept_tcp(listener: tokio::net::TcpListener, info: Arc<ListenerInfo>, 
     }
 }
 
-async fn accept_unix(listener: tokio::net::UnixListener, path: PathBuf, info: Arc<ListenerInfo>, shared: Arc<Shared>) {
+async fn accept_unix(
+    listener: Acceptor<std::os::unix::net::UnixListener>,
+    path: PathBuf,
+    info: Arc<ListenerInfo>,
+    shared: Arc<Shared>,
+) {
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -390,8 +396,8 @@ async fn accept_unix(listener: tokio::net::UnixListener, path: PathBuf, info: Ar
         tokio::select! {
             biased;
             _ = &mut stop => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+            accepted = listener.accept(&shared.queue) => match accepted {
+                Ok(stream) => {
                     // A UNIX peer has no address; Puma reports loopback too.
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
                     spawn_connection(stream, conn, &shared);

@@ -1,0 +1,17 @@
+# frozen_string_literal: true
+
+module Tsubame
+  # Loads the rackup file: in the launcher (single mode, or the master with
+  # preload_app!) or in each cluster worker.
+  module AppLoader
+    module_function
+
+    def load(path)
+      require "rack"
+      require "rack/builder"
+      result = Rack::Builder.parse_file(path)
+      # Rack 2 returns [app, options from a "#\" line]; Rack 3 returns the app.
+      result.is_a?(Array) && !result.respond_to?(:call) ? result.first : result
+    end
+  end
+end

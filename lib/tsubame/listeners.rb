@@ -1,0 +1,135 @@
+# frozen_string_literal: true
+
+require "socket"
+require "tsubame/errors"
+require "tsubame/hot_restart"
+
+module Tsubame
+  # The listening sockets, owned by Ruby rather than by an engine.
+  #
+  # An engine closes its listeners when it stops, which is right for one
+  # process but not for several sharing them: cluster workers come and go
+  # while the master keeps the sockets open, and a hot restart carries them
+  # across exec. So the sockets are bound here, and every engine adopts a
+  # duplicate with an `fd://N` bind (crates/tsubame-engine/src/bind.rs);
+  # the socket closes when its last holder lets go.
+  class Listeners
+    Entry = Struct.new(:uri, :address, :io)
+
+    # Binds each URI, adopting the sockets a hot restart handed over for
+    # the same URI instead of binding again (which would fail, or pick a
+    # new port for port 0). On failure nothing stays open.
+    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds)
+      entries = []
+      binds.each do |uri|
+        if (fds = inherited.delete(uri))
+          fds.each { |fd| entries << adopt(uri, fd) }
+        else
+          Native.bind_listeners(uri, backlog).each do |address, fd|
+            entries << Entry.new(uri, address, socket_for(fd))
+          end
+        end
+      end
+      # A bind removed from the config since the restart: let it go.
+      inherited.each_value { |fds| fds.each { |fd| close_fd(fd) } }
+      inherited.clear
+      new(entries, owner: true)
+    rescue StandardError
+      entries&.each { |entry| entry.io.close unless entry.io.closed? }
+      raise
+    end
+
+    def self.adopt(uri, fd)
+      io = socket_for(fd)
+      Entry.new(uri, address_of(io), io)
+    rescue SystemCallError => e
+      raise BindError, "#{uri}: cannot adopt inherited descriptor #{fd}: #{e.message}"
+    end
+
+    def self.socket_for(fd)
+      io = Socket.for_fd(fd)
+      # Kept only by an explicit hot restart, never by some other exec.
+      io.close_on_exec = true
+      io
+    end
+
+    def self.address_of(io)
+      addr = io.local_address
+      return "unix://#{addr.unix_path}" if addr.unix?
+
+      host = addr.ipv6? ? "[#{addr.ip_address}]" : addr.ip_address
+      "tcp://#{host}:#{addr.ip_port}"
+    end
+
+    def self.close_fd(fd)
+      IO.for_fd(fd).close
+    rescue SystemCallError, ArgumentError
+      nil
+    end
+
+    private_class_method :adopt, :socket_for, :address_of, :close_fd
+
+    # owner: whether closing also removes unix socket files. A worker's
+    # copies are not the owner: the socket outlives it, so must the file.
+    def initialize(entries, owner:)
+      @entries = entries.freeze
+      @owner = owner
+    end
+
+    def addresses
+      @entries.map(&:address)
+    end
+
+    # What an engine is given instead of the configured binds.
+    # busy_accept_delay: see crates/tsubame-engine/src/accept.rs.
+    def native_binds(busy_accept_delay: nil)
+      query = busy_accept_delay ? "?busy_accept_delay=#{Float(busy_accept_delay)}" : ""
+      @entries.map { |entry| "fd://#{entry.io.fileno}#{query}" }
+    end
+
+    # The same sockets, for a forked worker to adopt and close.
+    def for_worker
+      self.class.new(@entries, owner: false)
+    end
+
+    def closed?
+      @entries.all? { |entry| entry.io.closed? }
+    end
+
+    # Safe to call twice. Removing a unix socket's file first means clients
+    # are refused at once instead of waiting on a socket nobody accepts on.
+    def close
+      @entries.each do |entry|
+        next if entry.io.closed?
+
+        unlink(entry.address) if @owner
+        entry.io.close
+      end
+    end
+
+    # { configured URI => [fd, ...] } with close-on-exec cleared, for a hot
+    # restart: the sockets survive exec under the same numbers.
+    def inheritable
+      @entries.each_with_object({}) do |entry, map|
+        entry.io.close_on_exec = false
+        (map[entry.uri] ||= []) << entry.io.fileno
+      end
+    end
+
+    # After a failed exec: back to closing on exec.
+    def keep_private
+      @entries.each { |entry| entry.io.close_on_exec = true unless entry.io.closed? }
+    end
+
+    private
+
+    def unlink(address)
+      path = address.delete_prefix("unix://")
+      return if path == address
+
+      File.delete(path) if File.socket?(path)
+    rescue SystemCallError
+      nil
+    end
+  end
+end

@@ -1,0 +1,105 @@
+# frozen_string_literal: true
+
+require "time"
+
+module Tsubame
+  # The master's record of one worker process.
+  class WorkerHandle
+    attr_reader :pid, :index, :phase, :link, :started_at, :booted_at, :last_checkin, :last_status,
+                :stop_deadline, :stop_reason
+    attr_accessor :rss_mb, :replacement, :replaces
+
+    # adopted: a worker of the master this one replaced by re-executing
+    # itself (hot restart). It has no link and is stopped once the new
+    # workers serve.
+    def initialize(pid:, index:, phase:, link:, adopted: false)
+      @pid = pid
+      @index = index
+      @phase = phase
+      @link = link
+      @adopted = adopted
+      @started_at = now
+      @started_wall = Time.now
+      @booted_at = nil
+      @last_checkin = nil
+      @last_checkin_wall = nil
+      @last_status = {}
+      @stop_deadline = nil
+      @stop_reason = nil
+      @rss_mb = nil
+      @replacement = nil
+      @replaces = nil
+    end
+
+    def adopted?
+      @adopted
+    end
+
+    def booted?
+      !@booted_at.nil?
+    end
+
+    def stopping?
+      !@stop_deadline.nil?
+    end
+
+    # Serving, or about to: not on its way out.
+    def active?
+      !stopping? && !adopted?
+    end
+
+    def booted!
+      @booted_at = now
+      checked_in!
+    end
+
+    def checked_in!(status = nil)
+      @last_checkin = now
+      @last_checkin_wall = Time.now
+      @last_status = status if status
+    end
+
+    def stopping!(reason, deadline)
+      @stop_reason = reason
+      @stop_deadline = now + deadline
+    end
+
+    def boot_seconds
+      booted? ? @booted_at - @started_at : now - @started_at
+    end
+
+    # Seconds since the worker was last heard from (its boot counts).
+    def silent_for
+      now - (@last_checkin || @started_at)
+    end
+
+    def requests_count
+      @last_status.fetch("requests_count", 0).to_i
+    end
+
+    # One entry of the stats' worker_status: Puma's fields, then Tsubame's.
+    def to_status
+      {
+        "started_at" => @started_wall.utc.iso8601,
+        "pid" => @pid,
+        "index" => @index,
+        "phase" => @phase,
+        "booted" => booted?,
+        "last_checkin" => @last_checkin_wall&.utc&.iso8601,
+        "last_status" => @last_status,
+        "rss_mb" => @rss_mb,
+        "stopping" => stopping?
+      }
+    end
+
+    def describe
+      adopted? ? "Old worker (PID: #{@pid})" : "Worker #{@index} (PID: #{@pid})"
+    end
+
+    private
+
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end
