@@ -169,7 +169,11 @@ class OverloadTest < Minitest::Test
 
   def test_queue_full_answers_json_when_asked_and_keeps_the_connection
     with_server(APP, args: %w[-t 1:1 --max-queue 1 --health-check-path /up]) do |s|
-      busy = Array.new(2) { Thread.new { timed_get(s, "/slow?s=1.5", client_timeout: 5) } }
+      # One at a time: a request counts against max_queue until a thread
+      # has taken it, so two sent together could refuse each other.
+      busy = [Thread.new { timed_get(s, "/slow?s=1.5", client_timeout: 5) }]
+      wait_for_state(s) { |h| h["busy_threads"] == 1 && h["queue_depth"].zero? }
+      busy << Thread.new { timed_get(s, "/slow?s=1.5", client_timeout: 5) }
       wait_for_state(s) { |h| h["queue_depth"] == 1 }
       sock = s.socket
       started = now
