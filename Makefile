@@ -8,7 +8,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
 APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
-                ruby-rack-test puma wrk apache2-utils curl
+                ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
