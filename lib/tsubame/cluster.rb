@@ -419,7 +419,9 @@ module Tsubame
     def recycle_reason(worker)
       max_requests = @options[:worker_max_requests]
       max_memory = @options[:worker_max_memory]
-      if max_requests && worker.requests_count >= max_requests
+      if worker.stuck_threads.positive?
+        "has #{worker.stuck_threads} thread(s) stuck past request_timeout_grace"
+      elsif max_requests && worker.requests_count >= max_requests
         "served #{worker.requests_count} requests (worker_max_requests #{max_requests})"
       elsif max_memory && worker.rss_mb && worker.rss_mb > max_memory
         "uses #{worker.rss_mb} MB (worker_max_memory #{max_memory})"

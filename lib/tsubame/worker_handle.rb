@@ -73,6 +73,12 @@ module Tsubame
       now - (@last_checkin || @started_at)
     end
 
+    # Threads still running a request past request_timeout_grace: the
+    # thread cannot be freed, so the worker has to be replaced.
+    def stuck_threads
+      @last_status.fetch("engine", {}).fetch("stuck_threads", 0).to_i
+    end
+
     def requests_count
       @last_status.fetch("requests_count", 0).to_i
     end
