@@ -14,6 +14,7 @@ require "tsubame/app_loader"
 require "tsubame/worker"
 require "tsubame/worker_handle"
 require "tsubame/worker_link"
+require "tsubame/pidfile"
 require "tsubame/process_info"
 require "tsubame/state_file"
 require "tsubame/restart_file"
@@ -169,7 +170,7 @@ module Tsubame
     end
 
     def boot_master
-      write_pidfile
+      Pidfile.write(@options[:pidfile])
       start_control
       StateFile.write(@options[:state_path], control_url: @control&.url, control_token: @control&.token)
       @log.info("Use Ctrl-C to stop")
@@ -604,7 +605,7 @@ module Tsubame
       @workers.each { |w| signal(w, "TERM") }
       @listeners&.close
       @control&.stop
-      remove_pidfile
+      Pidfile.remove(@options[:pidfile])
       StateFile.remove(@options[:state_path])
     end
 
@@ -621,20 +622,6 @@ module Tsubame
         queue.empty? ? sleep(0.01) : replies << queue.pop
       end
       replies
-    end
-
-    def write_pidfile
-      path = @options[:pidfile]
-      File.write(path, "#{Process.pid}\n") if path
-    rescue SystemCallError => e
-      raise ConfigError, "cannot write pidfile #{path}: #{e.message}"
-    end
-
-    def remove_pidfile
-      path = @options[:pidfile]
-      File.delete(path) if path && File.exist?(path)
-    rescue SystemCallError
-      nil
     end
 
     def monotonic

@@ -9,6 +9,7 @@ require "tsubame/hooks"
 require "tsubame/hot_restart"
 require "tsubame/log"
 require "tsubame/log_redirect"
+require "tsubame/pidfile"
 require "tsubame/process_info"
 require "tsubame/restart_file"
 require "tsubame/state_file"
@@ -93,7 +94,7 @@ module Tsubame
 
     def serve(server)
       @server = server
-      write_pidfile
+      Pidfile.write(@options[:pidfile])
       control = start_control
       StateFile.write(@options[:state_path], control_url: control&.url, control_token: control&.token)
       previous = trap_signals(server)
@@ -211,23 +212,8 @@ module Tsubame
     end
 
     def clean_up
-      remove_pidfile
+      Pidfile.remove(@options[:pidfile])
       StateFile.remove(@options[:state_path])
-    end
-
-    def write_pidfile
-      path = @options[:pidfile]
-      File.write(path, "#{Process.pid}\n") if path
-    rescue SystemCallError => e
-      raise ConfigError, "cannot write pidfile #{path}: #{e.message}"
-    end
-
-    def remove_pidfile
-      path = @options[:pidfile]
-      File.delete(path) if path && File.exist?(path)
-    rescue SystemCallError
-      # Already gone or not ours to remove; either way nothing to clean up.
-      nil
     end
   end
 end
