@@ -24,6 +24,11 @@ module Tsubame
       wait_for_workers(workers) if workers.positive?
     end
 
+    # The rackup file the server was started with (TestServer writes it).
+    def rackup_path
+      File.join(@dir, "config.ru")
+    end
+
     # { "workers" => ..., "worker_status" => [...] } from the control app.
     def stats
       control("stats")

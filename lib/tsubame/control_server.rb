@@ -51,9 +51,11 @@ module Tsubame
       nil
     end
 
-    # A forked worker inherits the socket but must not keep it open.
+    # A forked worker inherits the listening socket, and the connection
+    # being answered if the fork came in the middle of it; it must keep
+    # neither open.
     def close_in_child
-      @socket&.close unless @socket&.closed?
+      [@socket, @client].each { |io| io.close if io && !io.closed? }
     end
 
     private
@@ -87,8 +89,9 @@ module Tsubame
 
     def accept_loop(socket)
       loop do
-        client = socket.accept
-        serve(client)
+        @client = socket.accept
+        serve(@client)
+        @client = nil
       end
     rescue IOError, SystemCallError
       # The socket was closed: stopping (or a worker's copy).
@@ -101,6 +104,16 @@ module Tsubame
       write_response(client, status, body)
     rescue StandardError => e
       write_response(client, 500, { "error" => "#{e.class}: #{e.message}" })
+    ensure
+      finish(client)
+    end
+
+    # shutdown, not just close: a worker forked while this connection was
+    # open holds a copy of it, and the client must see the end anyway.
+    def finish(client)
+      client.shutdown unless client.closed?
+    rescue SystemCallError, IOError
+      nil
     ensure
       client.close unless client.closed?
     end

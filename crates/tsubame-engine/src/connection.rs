@@ -24,6 +24,9 @@ use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at};
 
 const READ_CHUNK: usize = 16 * 1024;
+/// How long a stopping server waits for the first request of a connection
+/// it accepted just before the stop (see `read_head`).
+const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 const FILE_CHUNK: usize = 64 * 1024;
 
 /// A client socket the engine can serve and, on `rack.hijack`, give away.
@@ -334,21 +337,35 @@ async fn read_head<T: ClientIo>(
         buf.reserve(READ_CHUNK);
         if buf.is_empty() {
             // Between requests: the only place a draining server may close
-            // a connection without cutting a request short.
+            // a connection without cutting a request short. A connection
+            // accepted just before the stop has not been read from yet, but
+            // its client connected to send a request (often already in the
+            // socket buffer): it gets FIRST_REQUEST_GRACE to arrive, or a
+            // restart would fail that request.
             let stop = shared.stop_notify.notified();
             tokio::pin!(stop);
             stop.as_mut().enable();
-            if shared.is_stopping() {
+            let stopping = shared.is_stopping();
+            let read = if stopping && served > 0 {
                 return Ok(None);
-            }
-            tokio::select! {
-                biased;
-                read = timeout(idle_timeout, io.read_buf(buf)) => match read {
-                    Ok(Ok(0)) | Err(_) => return Ok(None),
-                    Ok(Ok(_)) => {}
-                    Ok(Err(_)) => return Err(ReadError::Io),
-                },
-                _ = &mut stop => return Ok(None),
+            } else if stopping {
+                timeout(idle_timeout.min(FIRST_REQUEST_GRACE), io.read_buf(buf)).await
+            } else {
+                let read = tokio::select! {
+                    biased;
+                    read = timeout(idle_timeout, io.read_buf(buf)) => Some(read),
+                    _ = &mut stop => None,
+                };
+                match read {
+                    Some(read) => read,
+                    None if served > 0 => return Ok(None),
+                    None => timeout(idle_timeout.min(FIRST_REQUEST_GRACE), io.read_buf(buf)).await,
+                }
+            };
+            match read {
+                Ok(Ok(0)) | Err(_) => return Ok(None),
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => return Err(ReadError::Io),
             }
         } else {
             // The whole head must arrive within first_data_timeout of its
