@@ -282,6 +282,7 @@ module Tsubame
       if (old = worker.replaces)
         worker.replaces = nil
         old.replacement = nil
+        old.replaced!
         stop_worker(old, "replaced by PID #{worker.pid}")
       end
       return if @all_booted || !all_booted?
@@ -430,9 +431,10 @@ module Tsubame
     end
 
     # One replacement at a time, so recycling or a phased restart never
-    # takes more than one worker's capacity (or memory) extra.
+    # takes more than one worker's memory extra: until the replacement has
+    # booted and the worker it replaced has drained and exited.
     def replacing?
-      @workers.any?(&:replaces)
+      @workers.any? { |w| w.replaces || (w.stopping? && w.replaced?) }
     end
 
     # The replacement starts first; the old worker is stopped, and drains,

@@ -29,10 +29,20 @@ module Tsubame
       @rss_mb = nil
       @replacement = nil
       @replaces = nil
+      @replaced = false
     end
 
     def adopted?
       @adopted
+    end
+
+    # Stopped because its replacement booted (recycling, phased restart).
+    def replaced!
+      @replaced = true
+    end
+
+    def replaced?
+      @replaced ? true : false
     end
 
     def booted?
