@@ -46,7 +46,7 @@ class ClusterSupervisionTest < Minitest::Test
       detected_after = monotonic - stopped_at
       assert_operator detected_after, :>=, 1.9, "not before worker_timeout"
       assert_operator detected_after, :<, 4.0, "soon after worker_timeout"
-      assert_match(/Worker 1 \(PID: #{victim}\) has not checked in for 2\.\d+s \(worker_timeout 2\.0\); hung; killing it/,
+      assert_match(/Worker 1 \(PID: #{victim}\) has not checked in for 2\.\d+s \(worker_timeout 2\.0\); hung; kill/,
                    s.stderr)
       s.wait_until(3, "the stopped worker to be reaped") { !s.alive?(victim) }
       assert_includes Array.new(20) { get_pid(s) }.uniq, replaced

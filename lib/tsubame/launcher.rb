@@ -73,7 +73,8 @@ module Tsubame
         "started_at" => @started_at.utc.iso8601,
         "mode" => "single",
         "pid" => Process.pid,
-        "rss_mb" => ProcessInfo.rss_mb(Process.pid)
+        "rss_mb" => ProcessInfo.rss_mb(Process.pid),
+        "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }.merge(status.reject { |key, _| key == "engine" }).merge("engine" => status["engine"])
     end
 
