@@ -18,7 +18,7 @@ BENCH_BIN := lib/tsubame/tsubame-bench
 
 RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
-.PHONY: deps build run test bench gem
+.PHONY: deps build run test bench bench-cluster gem
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -65,6 +65,9 @@ test: deps build
 
 bench: deps build
 	benchmarks/hello.sh
+
+bench-cluster: deps build
+	benchmarks/cluster.sh
 
 gem:
 	gem build tsubame.gemspec
