@@ -191,19 +191,13 @@ module Tsubame
     # After a hot restart the previous master's workers are still our
     # children (exec kept the pid). They serve until ours have booted.
     def adopt_old_workers
-      pids = HotRestart.inherited_workers.select { |pid| child?(pid) }
+      pids = HotRestart.inherited_workers
       return if pids.empty?
 
       @log.info("* Hot restart: #{pids.size} old worker(s) serve until the new ones boot")
       pids.each do |pid|
         @workers << WorkerHandle.new(pid: pid, index: nil, phase: -1, link: nil, adopted: true)
       end
-    end
-
-    def child?(pid)
-      File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
-    rescue SystemCallError
-      false
     end
 
     def trap_signals

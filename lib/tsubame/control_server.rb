@@ -24,6 +24,7 @@ module Tsubame
     def initialize(url, configured_token, app, log)
       @url = url
       @token = ControlToken.resolve(configured_token)
+      @generated = configured_token.nil?
       @app = app
       @log = log
       @socket = nil
@@ -36,6 +37,9 @@ module Tsubame
       @thread.name = "tsubame-control"
       @thread.report_on_exception = false
       @log.info("* Control app on #{@url}#{@token ? "" : " (no token required)"}")
+      # A token nobody knows would make the app useless; it is also in the
+      # state file when there is one.
+      @log.info("* Control app token (generated): #{@token}") if @generated
       self
     end
 

@@ -35,8 +35,10 @@ module Tsubame
         handover.fetch(:fds)
       end
 
+      # Only pids that really are this process's children: the variable
+      # must never make the server signal an unrelated process.
       def inherited_workers
-        handover.fetch(:workers)
+        handover.fetch(:workers).select { |pid| child?(pid) }
       end
 
       def restarted?
@@ -56,6 +58,12 @@ module Tsubame
       end
 
       private
+
+      def child?(pid)
+        File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
+      rescue SystemCallError
+        false
+      end
 
       def handover
         @handover ||= parse(ENV.delete(ENV_KEY))

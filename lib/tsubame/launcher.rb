@@ -103,6 +103,7 @@ module Tsubame
       watcher = watch_restart_file if @options[:tmp_restart]
       begin
         server.start
+        retire_old_workers
         Hooks.run_logged(@options[:on_booted], "on_booted", Log.new(@stdout, @stderr))
         # Server#wait keeps the main thread interruptible, so the trap
         # handlers above run while it waits.
@@ -196,6 +197,17 @@ module Tsubame
       server.listeners.close
       clean_up
       1
+    end
+
+    # A hot restart from cluster mode into a config with no workers: the
+    # old workers are still this process's children and would serve on.
+    def retire_old_workers
+      HotRestart.inherited_workers.each do |pid|
+        Process.kill("TERM", pid)
+        Process.detach(pid)
+      rescue SystemCallError
+        nil
+      end
     end
 
     def halt
