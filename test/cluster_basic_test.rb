@@ -24,12 +24,14 @@ class ClusterBasicTest < Minitest::Test
         on_booted { File.write("#{dir}/on_booted", Process.pid.to_s) }
         on_worker_shutdown { |index| File.write("#{dir}/on_worker_shutdown-\#{index}", Process.pid.to_s) }
       RUBY
-      with_cluster(loading_app(dir), workers: 2, config: config) do |s|
+      with_cluster(loading_app(dir), workers: 2, config: config, args: %w[-t 1]) do |s|
         master = s.pid
         workers = s.booted_workers
         assert_equal [0, 1], workers.keys.sort
         refute_includes workers.values, master
-        served = Array.new(40) { get_pid(s) }.uniq.sort
+        # Two at a time with one thread each: a busy worker leaves the next
+        # connection to the idle one, so both must serve.
+        served = Array.new(4) { Thread.new { get_pid(s, "/slow?0.3") } }.map(&:value).uniq.sort
         assert_equal workers.values.sort, served, "both workers serve the one listener"
 
         loaded = Dir[File.join(dir, "loaded-*")].map { |path| path[/\d+\z/].to_i }.sort
@@ -54,8 +56,8 @@ class ClusterBasicTest < Minitest::Test
 
   def test_preload_loads_the_app_once_in_the_master
     in_tmpdir do |dir|
-      with_cluster(loading_app(dir), workers: 2, args: ["--preload"]) do |s|
-        assert_equal 2, Array.new(20) { get_pid(s) }.uniq.size
+      with_cluster(loading_app(dir), workers: 2, args: ["--preload", "-t", "1"]) do |s|
+        assert_equal 2, Array.new(4) { Thread.new { get_pid(s, "/slow?0.3") } }.map(&:value).uniq.size
         loaded = Dir[File.join(dir, "loaded-*")].map { |path| path[/\d+\z/].to_i }
         assert_equal [s.pid], loaded
         assert_match(/Preloading application/, s.stdout)

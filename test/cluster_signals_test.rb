@@ -8,28 +8,32 @@ require "cluster_support"
 class ClusterSignalsTest < Minitest::Test
   include Tsubame::ClusterHelpers
 
+  def setup
+    @mark_dir = Dir.mktmpdir("tsubame-mark")
+    @mark = File.join(@mark_dir, "slow")
+  end
+
+  def teardown
+    FileUtils.rm_rf(@mark_dir)
+  end
+
+  def marked
+    { "SLOW_MARK" => @mark }
+  end
+
   # Answers "<version> <pid>"; the version is read when the rackup file is
   # loaded, so rewriting the file shows which workers run new code.
   def versioned_app(version)
     <<~RUBY
       VERSION_SEEN = #{version.inspect}
       run lambda { |env|
-        sleep Float(env["QUERY_STRING"]) if env["PATH_INFO"] == "/slow"
+        if env["PATH_INFO"] == "/slow"
+          File.write(ENV["SLOW_MARK"], "") if ENV["SLOW_MARK"]
+          sleep Float(env["QUERY_STRING"])
+        end
         [200, { "content-type" => "text/plain" }, ["\#{VERSION_SEEN} \#{Process.pid}"]]
       }
     RUBY
-  end
-
-  def slow_request(server, seconds)
-    Thread.new do
-      http = Net::HTTP.new("127.0.0.1", server.port)
-      http.read_timeout = 30
-      http.max_retries = 0
-      response = http.start { |h| h.get("/slow?#{seconds}") }
-      [response.code, response.body]
-    rescue StandardError => e
-      [e.class.name, e.message]
-    end
   end
 
   # refused: whether a refused connection is allowed (after a stop it is;
@@ -41,12 +45,11 @@ class ClusterSignalsTest < Minitest::Test
   end
 
   def test_term_drains_in_flight_requests_and_exits_0
-    with_cluster(PID_APP, workers: 2) do |s|
+    with_cluster(PID_APP, workers: 2, env: marked) do |s|
       workers = s.booted_workers.values
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
-      slow = slow_request(s, 1.5)
-      sleep 0.3
+      slow = slow_request(s, 1.5, @mark)
       status = s.stop("TERM")
       load.stop
       assert_equal 0, status.exitstatus
@@ -59,13 +62,12 @@ class ClusterSignalsTest < Minitest::Test
   end
 
   def test_usr1_replaces_workers_one_at_a_time_with_new_code
-    with_cluster(versioned_app("v1"), workers: 2) do |s|
+    with_cluster(versioned_app("v1"), workers: 2, env: marked) do |s|
       old = s.booted_workers.values
       File.write(s.rackup_path, versioned_app("v2"))
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
-      slow = slow_request(s, 1.5)
-      sleep 0.2
+      slow = slow_request(s, 1.5, @mark)
       s.signal("USR1")
       s.wait_until(15, "phased restart done") { s.stdout.include?("Phased restart done") }
       s.wait_until(10, "the old workers to drain and exit") { old.none? { |pid| s.alive?(pid) } }
@@ -95,13 +97,12 @@ class ClusterSignalsTest < Minitest::Test
   end
 
   def test_usr2_reexecs_the_master_keeping_the_listener
-    with_cluster(versioned_app("v1"), workers: 2) do |s|
+    with_cluster(versioned_app("v1"), workers: 2, env: marked) do |s|
       old = s.booted_workers.values
       File.write(s.rackup_path, versioned_app("v2"))
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
-      slow = slow_request(s, 1.5)
-      sleep 0.2
+      slow = slow_request(s, 1.5, @mark)
       s.signal("USR2")
       s.wait_until(20, "new workers") do
         now = s.booted_workers

@@ -174,13 +174,35 @@ module Tsubame
   module ClusterHelpers
     include TestHelpers
 
-    # Answers its pid; /slow?S sleeps S seconds first.
+    # Answers its pid; /slow?S sleeps S seconds first, after creating the
+    # file $SLOW_MARK (when set) so a test knows the request is in flight.
     PID_APP = <<~RUBY
       run lambda { |env|
-        sleep Float(env["QUERY_STRING"]) if env["PATH_INFO"] == "/slow"
+        if env["PATH_INFO"] == "/slow"
+          File.write(ENV["SLOW_MARK"], "") if ENV["SLOW_MARK"]
+          sleep Float(env["QUERY_STRING"])
+        end
         [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
       }
     RUBY
+
+    # Sends GET /slow?seconds in a thread and returns it once the app has
+    # started on it (the server must run with SLOW_MARK=mark). The thread's
+    # value is [status code or error class, body or message].
+    def slow_request(server, seconds, mark)
+      File.delete(mark) if File.exist?(mark)
+      thread = Thread.new do
+        http = Net::HTTP.new("127.0.0.1", server.port)
+        http.read_timeout = 30
+        http.max_retries = 0
+        response = http.start { |h| h.get("/slow?#{seconds}") }
+        [response.code, response.body]
+      rescue StandardError => e
+        [e.class.name, e.message]
+      end
+      Timeout.timeout(10) { sleep 0.01 until File.exist?(mark) || !thread.alive? }
+      thread
+    end
 
     def with_cluster(rackup = PID_APP, **opts)
       server = ClusterServer.new(rackup, **opts)
