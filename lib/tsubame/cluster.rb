@@ -339,7 +339,9 @@ module Tsubame
                  "(#{@boot_failures} boot failure#{"s" if @boot_failures > 1} in a row)")
       return if @stopping || @boot_failures < BOOT_FAILURE_LIMIT
 
-      if @workers.none? { |w| w.booted? && !w.stopping? }
+      # The previous master's workers (hot restart) count as serving: a
+      # deploy whose app cannot boot leaves them in place.
+      if @workers.none? { |w| (w.booted? || w.adopted?) && !w.stopping? }
         @log.error("! boot loop: the last #{@boot_failures} workers all died while booting " \
                    "(last: #{how}), and none is serving; giving up. Fix the error above and start again.")
         @exit_status = 1
