@@ -121,6 +121,23 @@ class ClusterSignalsTest < Minitest::Test
     end
   end
 
+  def test_usr2_with_an_app_that_cannot_boot_keeps_the_old_workers_serving
+    with_cluster(versioned_app("v1"), workers: 2) do |s|
+      old = s.booted_workers.values
+      File.write(s.rackup_path, "raise 'broken deploy'\n")
+      load = Tsubame::LoadLoop.new(s.port)
+      s.signal("USR2")
+      s.wait_until(15, "the new workers to fail") { s.stderr.scan(/died while booting/).size >= 5 }
+      sleep 0.3
+      load.stop
+      assert_no_failures(load)
+      assert(old.all? { |pid| s.alive?(pid) }, "the old workers still serve")
+      assert_match(/workers keep failing to boot; retrying in/, s.stderr)
+      assert_equal ["v1"], Array.new(5) { Net::HTTP.get(URI("http://127.0.0.1:#{s.port}/")).split.first }.uniq
+      assert s.alive?(s.pid)
+    end
+  end
+
   def test_ttin_and_ttou_change_the_worker_count
     with_cluster(PID_APP, workers: 2) do |s|
       s.signal("TTIN")
