@@ -45,7 +45,8 @@ class ClusterSignalsTest < Minitest::Test
   end
 
   def test_term_drains_in_flight_requests_and_exits_0
-    with_cluster(PID_APP, workers: 2, env: marked) do |s|
+    request_log = File.join(@mark_dir, "requests")
+    with_cluster(PID_APP, workers: 2, env: marked.merge("REQUEST_LOG" => request_log)) do |s|
       workers = s.booted_workers.values
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
@@ -54,7 +55,15 @@ class ClusterSignalsTest < Minitest::Test
       load.stop
       assert_equal 0, status.exitstatus
       assert_equal "200", slow.value.first, "the slow request in flight completed: #{slow.value}"
-      assert_no_failures(load, refused: true)
+      # A connection still in the kernel's accept queue when the last copy
+      # of the listener closes is reset: no server can avoid that. Such a
+      # request never reached the app (so it is as safe to retry as a
+      # refused one); any request that did reach it got its response.
+      reached = File.readlines(request_log).map { |line| line[/id=(\d+)/, 1].to_i }
+      reset = load.failures.select { |r| r.detail.start_with?("Errno::ECONNRESET") && !reached.include?(r.id) }
+      assert_empty (load.failures - reset).map(&:detail), "no request that reached the server failed"
+      assert_operator reset.size, :<=, 2, "at most one reset per client, at the moment the listener closed"
+      assert_operator load.ok.size, :>, 20
       refute_empty load.refused, "clients arriving after the stop are refused, not left waiting"
       refute(workers.any? { |pid| s.alive?(pid) })
       assert_match(/Gracefully stopping/, s.stdout)

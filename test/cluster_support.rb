@@ -104,9 +104,11 @@ module Tsubame
 
   # A client that keeps sending requests, each on a new connection, with
   # no retries (Net::HTTP would silently retry a failed GET once), and
-  # records every outcome with its start and end times.
+  # records every outcome with its start and end times. Each request
+  # carries ?id=N, so a test can tell from the app's $REQUEST_LOG which
+  # requests reached it.
   class LoadLoop
-    Result = Struct.new(:started, :finished, :outcome, :detail)
+    Result = Struct.new(:started, :finished, :outcome, :detail, :id)
 
     attr_reader :results
 
@@ -115,6 +117,8 @@ module Tsubame
       @path = path
       @stop = false
       @results = Queue.new
+      @ids = 0
+      @ids_lock = Mutex.new
       @threads = Array.new(clients) { Thread.new { run } }
     end
 
@@ -155,19 +159,20 @@ module Tsubame
     end
 
     def request
+      id = @ids_lock.synchronize { @ids += 1 }
       started = now
       http = Net::HTTP.new("127.0.0.1", @port)
       http.open_timeout = 5
       http.read_timeout = 15
       http.max_retries = 0
-      response = http.start { |h| h.get(@path) }
+      response = http.start { |h| h.get("#{@path}?id=#{id}") }
       outcome = response.code == "200" ? :ok : :status
-      @results << Result.new(started, now, outcome, "#{response.code} #{response.body}")
+      @results << Result.new(started, now, outcome, "#{response.code} #{response.body}", id)
     rescue Errno::ECONNREFUSED, Errno::ENOENT => e
-      @results << Result.new(started, now, :refused, e.class.name)
+      @results << Result.new(started, now, :refused, e.class.name, id)
       sleep 0.01
     rescue StandardError => e
-      @results << Result.new(started, now, :error, "#{e.class}: #{e.message}")
+      @results << Result.new(started, now, :error, "#{e.class}: #{e.message}", id)
     end
   end
 
@@ -176,8 +181,10 @@ module Tsubame
 
     # Answers its pid; /slow?S sleeps S seconds first, after creating the
     # file $SLOW_MARK (when set) so a test knows the request is in flight.
+    # With $REQUEST_LOG set, appends each request's query string to it.
     PID_APP = <<~RUBY
       run lambda { |env|
+        File.write(ENV["REQUEST_LOG"], "\#{env["QUERY_STRING"]}\n", mode: "a") if ENV["REQUEST_LOG"]
         if env["PATH_INFO"] == "/slow"
           File.write(ENV["SLOW_MARK"], "") if ENV["SLOW_MARK"]
           sleep Float(env["QUERY_STRING"])
