@@ -280,11 +280,7 @@ impl Server {
 /// needs the thread (a signal, `Thread#raise`, `Thread#kill`), `wake` makes
 /// `wait` see its flag and return `None`; pending interrupts are then run
 /// (they may raise) and the wait resumes.
-fn wait_interruptibly<T>(
-    ruby: &Ruby,
-    wait: impl Fn(&AtomicBool) -> Option<T>,
-    wake: impl Fn(),
-) -> Result<T, Error> {
+fn wait_interruptibly<T>(ruby: &Ruby, wait: impl Fn(&AtomicBool) -> Option<T>, wake: impl Fn()) -> Result<T, Error> {
     loop {
         let interrupted = AtomicBool::new(false);
         let (result, raised) = without_gvl(
