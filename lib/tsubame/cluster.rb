@@ -14,9 +14,8 @@ require "tsubame/app_loader"
 require "tsubame/worker"
 require "tsubame/worker_handle"
 require "tsubame/worker_link"
-require "tsubame/pidfile"
+require "tsubame/run_files"
 require "tsubame/process_info"
-require "tsubame/state_file"
 require "tsubame/restart_file"
 
 module Tsubame
@@ -170,9 +169,8 @@ module Tsubame
     end
 
     def boot_master
-      Pidfile.write(@options[:pidfile])
       start_control
-      StateFile.write(@options[:state_path], control_url: @control&.url, control_token: @control&.token)
+      RunFiles.write(@options, @control)
       @log.info("Use Ctrl-C to stop")
       LogRedirect.apply(@options)
       @restart_file = RestartFile.new if @options[:tmp_restart]
@@ -603,8 +601,7 @@ module Tsubame
       @workers.each { |w| signal(w, "TERM") }
       @listeners&.close
       @control&.stop
-      Pidfile.remove(@options[:pidfile])
-      StateFile.remove(@options[:state_path])
+      RunFiles.remove(@options)
     end
 
     def check_restart_file

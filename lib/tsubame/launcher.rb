@@ -9,10 +9,9 @@ require "tsubame/hooks"
 require "tsubame/hot_restart"
 require "tsubame/log"
 require "tsubame/log_redirect"
-require "tsubame/pidfile"
+require "tsubame/run_files"
 require "tsubame/process_info"
 require "tsubame/restart_file"
-require "tsubame/state_file"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -95,9 +94,8 @@ module Tsubame
 
     def serve(server)
       @server = server
-      Pidfile.write(@options[:pidfile])
       control = start_control
-      StateFile.write(@options[:state_path], control_url: control&.url, control_token: control&.token)
+      RunFiles.write(@options, control)
       previous = trap_signals(server)
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
@@ -225,8 +223,7 @@ module Tsubame
     end
 
     def clean_up
-      Pidfile.remove(@options[:pidfile])
-      StateFile.remove(@options[:state_path])
+      RunFiles.remove(@options)
     end
   end
 end

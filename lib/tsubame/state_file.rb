@@ -8,27 +8,18 @@ module Tsubame
   module StateFile
     module_function
 
-    def write(path, control_url: nil, control_token: nil)
-      return unless path
-
+    # The file's YAML; RunFiles writes it.
+    def dump(control_url: nil, control_token: nil)
       state = { "pid" => Process.pid, "running_from" => Dir.pwd, "version" => VERSION }
       state["control_url"] = control_url if control_url
       state["control_auth_token"] = control_token if control_token
-      File.write(path, YAML.dump(state))
-    rescue SystemCallError => e
-      raise ConfigError, "cannot write state file #{path}: #{e.message}"
+      YAML.dump(state)
     end
 
     def read(path)
       YAML.safe_load(File.read(path)) || {}
     rescue SystemCallError => e
       raise ConfigError, "cannot read state file #{path}: #{e.message}"
-    end
-
-    def remove(path)
-      File.delete(path) if path && File.exist?(path)
-    rescue SystemCallError
-      nil
     end
   end
 end
