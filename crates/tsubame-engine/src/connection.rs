@@ -110,17 +110,15 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             continue;
         }
         Stats::bump(&shared.stats.requests_total);
-        let log_line = shared
-            .opts
-            .log_requests
-            .then(|| (head.method.clone(), head.target.clone(), head.version.as_str()));
+        // Kept (two reference counts, no copy) for the access log and for
+        // the log line of a refused request; formatted only when written.
+        let (method, target) = (head.method.clone(), head.target.clone());
         let wants_json = accepts_json(&head);
         let keep_alive = head.keep_alive && !shared.is_stopping();
         let version = head.version;
         let (reply_tx, reply_rx) = oneshot::channel();
         let state = Arc::new(JobState::new(shared.opts.request_timeout));
         let seq = shared.next_seq();
-        let described = describe(&head, &conn);
         let job = Job {
             keep_alive,
             head,
@@ -142,7 +140,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let reply = match answer {
             Answer::Reply(reply) => reply,
             Answer::Shed(reason) => {
-                shed(&shared, reason, &described, seq, received_at);
+                shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
                 Reply::Full {
                     status: 503,
                     data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version).into(),
@@ -169,12 +167,12 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             }
             other => write_reply(&mut io, other, &shared).await,
         };
-        if let Some((method, target, version)) = log_line {
+        if shared.opts.log_requests {
             log::access(&AccessEntry {
                 peer: &conn.peer_addr,
                 method: &method,
                 target: &target,
-                version,
+                version: version.as_str(),
                 status,
                 body_bytes,
                 elapsed: received_at.elapsed(),
@@ -255,23 +253,16 @@ fn accepts_json(head: &RequestHead) -> bool {
     })
 }
 
-/// "GET /path from 1.2.3.4", kept for the log line of a shed request.
-fn describe(head: &RequestHead, conn: &ConnInfo) -> String {
-    format!(
-        "{} {} from {}",
-        String::from_utf8_lossy(&head.method),
-        String::from_utf8_lossy(&head.target),
-        conn.peer_addr
-    )
-}
-
 /// Every request the engine turns away is counted and logged: nothing
 /// disappears silently.
-fn shed(shared: &Shared, reason: ShedReason, described: &str, seq: u64, received_at: Instant) {
+fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
+    let (method, target, peer) = request;
     shared.stats.shed(reason);
     log::warn(&format!(
-        "503 {} #{seq} {described} after {:.3}s",
+        "503 {} #{seq} {} {} from {peer} after {:.3}s",
         reason.as_str(),
+        String::from_utf8_lossy(method),
+        String::from_utf8_lossy(target),
         received_at.elapsed().as_secs_f64()
     ));
 }

@@ -142,15 +142,6 @@ impl Engine {
         Stats::bump(&self.shared.stats.stuck_threads);
     }
 
-    /// The liveness JSON, also used for stats.
-    pub fn status_json(&self) -> String {
-        crate::health::status_json(&self.shared, "ok")
-    }
-
-    pub fn options(&self) -> &EngineOptions {
-        &self.shared.opts
-    }
-
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot(self.shared.queue.len())
     }

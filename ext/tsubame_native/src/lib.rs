@@ -34,7 +34,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("next_request", method!(server::Server::next_request, 0))?;
     server.define_method("wait", method!(server::Server::wait, 0))?;
     server.define_method("stats", method!(server::Server::stats, 0))?;
-    server.define_method("backlog", method!(server::Server::backlog, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
 
@@ -47,7 +46,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     request.define_method("seq", method!(request::Request::seq, 0))?;
     request.define_method("deadline=", method!(request::Request::set_deadline, 1))?;
     request.define_method("deadline", method!(request::Request::deadline, 0))?;
-    request.define_method("timed_out?", method!(request::Request::is_timed_out, 0))?;
 
     let stream = native.define_class("Stream", ruby.class_object())?;
     stream.define_method("write", method!(stream::Stream::write, 1))?;

@@ -100,11 +100,6 @@ impl Request {
         Some(deadline.as_secs_f64() - self.received_at.elapsed().as_secs_f64())
     }
 
-    /// True once the engine answered 503 for this request's deadline.
-    pub fn is_timed_out(&self) -> bool {
-        self.state.is_timed_out()
-    }
-
     /// Builds the env on top of `base` (the per-server constant keys).
     pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
         let Some(body) = rb_self.body.borrow_mut().take() else {

@@ -270,10 +270,6 @@ impl Server {
     pub fn report_stuck_thread(&self) {
         self.engine.report_stuck_thread();
     }
-
-    pub fn backlog(&self) -> usize {
-        self.engine.queue().len()
-    }
 }
 
 /// Runs `wait` with the GVL released until it returns `Some`. When Ruby
