@@ -1,0 +1,183 @@
+# frozen_string_literal: true
+
+require "http_support"
+require "json"
+require "yaml"
+
+# Runs every case of the adversarial request corpus (test/adversarial/*.yml)
+# against one server, a fresh connection per case. Each case asserts the
+# exact answer, what the application was called with (nothing, for a
+# refused request), that nothing pipelined behind a bad request ran, and
+# that the next request on a fresh connection is served.
+class AdversarialCorpusTest < Minitest::Test
+  include Tsubame::TestHelpers
+  include Tsubame::HttpSupport
+
+  # One corpus entry; see the README section of docs/RELIABILITY.md.
+  Case = Struct.new(:category, :name, :why, :bytes, :statuses, :after, :app_saw, :close_write, keyword_init: true)
+
+  # Reads the YAML files: `send` is Latin-1 text (each character one
+  # byte, so "\xC3\xA9" is the two bytes of UTF-8 é) with {{TEXT*N}} for N
+  # copies of TEXT.
+  module Corpus
+    KEYS = %w[name why send expect then app_saw close_write].freeze
+    SAW_KEYS = %w[method path query body uri protocol server_name server_port content_length headers].freeze
+
+    def self.expand(text)
+      text.gsub(/\{\{(.*?)\*(\d+)\}\}/m) { Regexp.last_match(1) * Integer(Regexp.last_match(2), 10) }
+    end
+
+    def self.bytes(text)
+      expand(text).encode(Encoding::ISO_8859_1).b
+    end
+
+    def self.expand_saw(value)
+      case value
+      when String then expand(value)
+      when Hash then value.transform_values { |v| expand_saw(v) }
+      else value
+      end
+    end
+
+    def self.load_case(category, entry)
+      unknown = entry.keys - KEYS
+      raise ArgumentError, "#{category}/#{entry["name"]}: unknown keys #{unknown}" unless unknown.empty?
+      raise ArgumentError, "#{category}: a case needs name, why, send and expect" unless (%w[name why send expect] - entry.keys).empty?
+
+      expect = entry["expect"]
+      statuses = expect == "closed" ? [] : Array(expect).map { |s| Integer(s) }
+      after = entry["then"] || (statuses.empty? || statuses.last >= 400 ? "closed" : "open")
+      raise ArgumentError, "#{entry["name"]}: then must be open or closed" unless %w[open closed].include?(after)
+
+      saw = entry.fetch("app_saw", [])
+      saw = [saw] if saw.is_a?(Hash)
+      saw = saw.map do |request|
+        bad = request.keys - SAW_KEYS
+        raise ArgumentError, "#{entry["name"]}: unknown app_saw keys #{bad}" unless bad.empty?
+
+        { "query" => "", "body" => "" }.merge(expand_saw(request))
+      end
+      Case.new(category: category, name: entry["name"], why: entry["why"], bytes: bytes(entry["send"]),
+               statuses: statuses, after: after, app_saw: saw, close_write: entry["close_write"] == true)
+    end
+
+    def self.cases
+      @cases ||= Dir[File.join(__dir__, "*.yml")].sort.flat_map do |file|
+        category = File.basename(file, ".yml")
+        YAML.safe_load(File.read(file)).map { |entry| load_case(category, entry) }
+      end
+    end
+  end
+
+  # The one server every case runs against.
+  module Shared
+    def self.server
+      @server ||= begin
+        @dir = Dir.mktmpdir("tsubame-adv")
+        @log = File.join(@dir, "app.log")
+        File.write(@log, "")
+        server = Tsubame::TestServer.new(File.read(File.join(__dir__, "recording_app.ru")),
+                                         args: ["-t", "2:2"], env: { "ADV_LOG" => @log })
+        Minitest.after_run do
+          server.kill
+          FileUtils.rm_rf(@dir)
+        end
+        server
+      end
+    end
+
+    def self.log
+      server
+      @log
+    end
+  end
+
+  def self.define_case(c)
+    define_method("test_#{c.category}_#{c.name}") { run_case(c) }
+  end
+
+  Corpus.cases.each { |c| define_case(c) }
+
+  def test_the_corpus_is_large_and_every_name_is_unique
+    names = Corpus.cases.map { |c| "#{c.category}/#{c.name}" }
+    assert_operator names.size, :>=, 150
+    assert_equal names.size, names.uniq.size, "duplicate case names"
+  end
+
+  READ_TIMEOUT = 3
+
+  def run_case(c)
+    server = Shared.server
+    offset = File.size(Shared.log)
+    label = "#{c.category}/#{c.name} (#{c.why})"
+    client = conn(server, timeout: READ_TIMEOUT)
+    send_bytes(client, c)
+    check_answers(client, c, label)
+    check_next_request_served(server, c, label)
+    check_app_saw(c, offset, label)
+    assert_nil Process.waitpid(server.pid, Process::WNOHANG), "server died on #{label}"
+    refute_match(/panic/i, server.stderr, label)
+  ensure
+    client&.close
+  end
+
+  # A server may refuse and close before the last byte is sent; what it
+  # answered is still there to read.
+  def send_bytes(client, c)
+    client.write(c.bytes)
+    client.sock.close_write if c.close_write
+  rescue Errno::EPIPE, Errno::ECONNRESET
+    nil
+  end
+
+  def check_answers(client, c, label)
+    c.statuses.each_with_index do |status, i|
+      response = client.read_response
+      assert_equal status, response.status, "#{label}: response #{i + 1} was #{response.status_line.inspect}"
+      next unless status >= 400
+
+      assert_equal "close", response["connection"], "#{label}: a refusal closes the connection"
+      assert response.body.start_with?("#{status} "), "#{label}: #{response.body.inspect}"
+    end
+    if c.after == "closed"
+      assert_equal :eof, client.wait_close(READ_TIMEOUT), "#{label}: expected the connection to close, nothing more sent"
+    else
+      end_path = "/__end/#{c.name}"
+      client.write("GET #{end_path} HTTP/1.1\r\nHost: corpus\r\nConnection: close\r\n\r\n")
+      response = client.read_response
+      assert_equal [200, "GET #{end_path}"], [response.status, response.body],
+                   "#{label}: the connection must stay usable, with nothing left over from the case"
+      assert_equal :eof, client.wait_close(READ_TIMEOUT), label
+    end
+  rescue Conn::Timeout, Conn::Closed => e
+    flunk "#{label}: #{e.message}"
+  end
+
+  def check_next_request_served(server, c, label)
+    path = "/__next/#{c.name}"
+    client = conn(server, timeout: READ_TIMEOUT)
+    client.write("GET #{path} HTTP/1.1\r\nHost: corpus\r\nConnection: close\r\n\r\n")
+    response = client.read_response
+    assert_equal [200, "GET #{path}"], [response.status, response.body], "#{label}: next request on a fresh connection"
+  ensure
+    client&.close
+  end
+
+  def check_app_saw(c, offset, label)
+    seen = File.open(Shared.log) do |f|
+      f.seek(offset)
+      f.read.lines.map { |line| JSON.parse(line) }
+    end
+    markers = []
+    markers << ["GET", "/__end/#{c.name}"] if c.after == "open"
+    markers << ["GET", "/__next/#{c.name}"]
+    assert_equal markers, seen.last(markers.size).map { |r| [r["method"], r["path"]] },
+                 "#{label}: the app saw #{seen.map { |r| "#{r["method"]} #{r["path"]}" }}"
+    requests = seen[0...-markers.size]
+    assert_equal c.app_saw.size, requests.size,
+                 "#{label}: the app was called with #{requests.map { |r| r.slice("method", "path", "body") }}"
+    c.app_saw.zip(requests).each do |expected, actual|
+      expected.each { |key, value| assert_equal value, actual[key], "#{label}: app saw #{key}" }
+    end
+  end
+end
