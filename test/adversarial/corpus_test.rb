@@ -23,8 +23,14 @@ class AdversarialCorpusTest < Minitest::Test
     KEYS = %w[name why send expect then app_saw close_write].freeze
     SAW_KEYS = %w[method path query body uri protocol server_name server_port content_length headers].freeze
 
+    # Innermost first, so {{a{{b*2}}*3}} is "abbabbabb".
     def self.expand(text)
-      text.gsub(/\{\{(.*?)\*(\d+)\}\}/m) { Regexp.last_match(1) * Integer(Regexp.last_match(2), 10) }
+      loop do
+        expanded = text.gsub(/\{\{((?:(?!\{\{).)*?)\*(\d+)\}\}/m) { Regexp.last_match(1) * Integer(Regexp.last_match(2), 10) }
+        return expanded if expanded == text
+
+        text = expanded
+      end
     end
 
     def self.bytes(text)
@@ -64,7 +70,7 @@ class AdversarialCorpusTest < Minitest::Test
     def self.cases
       @cases ||= Dir[File.join(__dir__, "*.yml")].sort.flat_map do |file|
         category = File.basename(file, ".yml")
-        YAML.safe_load(File.read(file)).map { |entry| load_case(category, entry) }
+        YAML.safe_load(File.read(file), filename: file).map { |entry| load_case(category, entry) }
       end
     end
   end

@@ -99,13 +99,16 @@ pub fn parse_head(buf: &mut BytesMut, limits: &Limits) -> Result<Option<RequestH
     if buf.is_empty() {
         return Ok(None);
     }
-    let mut inline = [httparse::EMPTY_HEADER; INLINE_HEADERS];
-    let inline_len = limits.max_headers.min(INLINE_HEADERS);
-    let parsed = match try_parse(buf, &mut inline[..inline_len], limits) {
-        Err(HttpError::HeadersTooLarge) if limits.max_headers > INLINE_HEADERS => {
-            let mut many = vec![httparse::EMPTY_HEADER; limits.max_headers];
-            try_parse(buf, &mut many, limits)?
-        }
+    let parsed = match parse_layout(buf, limits) {
+        Err(HttpError::VersionNotSupported) => match later_http1_minor(buf) {
+            // RFC 9110 §2.5: a later HTTP/1 minor version is processed as
+            // the highest one implemented. Only this error path pays for it.
+            Some(at) => {
+                buf[at] = b'1';
+                parse_layout(buf, limits)?
+            }
+            None => return Err(HttpError::VersionNotSupported),
+        },
         other => other?,
     };
     let Some(layout) = parsed else {
@@ -114,6 +117,18 @@ pub fn parse_head(buf: &mut BytesMut, limits: &Limits) -> Result<Option<RequestH
     };
     let raw = buf.split_to(layout.len).freeze();
     layout.build(raw)
+}
+
+fn parse_layout(buf: &[u8], limits: &Limits) -> Result<Option<Layout>, HttpError> {
+    let mut inline = [httparse::EMPTY_HEADER; INLINE_HEADERS];
+    let inline_len = limits.max_headers.min(INLINE_HEADERS);
+    match try_parse(buf, &mut inline[..inline_len], limits) {
+        Err(HttpError::HeadersTooLarge) if limits.max_headers > INLINE_HEADERS => {
+            let mut many = vec![httparse::EMPTY_HEADER; limits.max_headers];
+            try_parse(buf, &mut many, limits)
+        }
+        other => other,
+    }
 }
 
 /// Where each piece of the head lies in the buffer, so the head can be cut
@@ -152,6 +167,9 @@ fn try_parse<'b>(
     if len > limits.max_header_size {
         return Err(HttpError::HeadersTooLarge);
     }
+    if has_bare_lf(&buf[..len]) {
+        return Err(HttpError::BadRequest("line not ended by CRLF"));
+    }
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(HttpError::BadRequest("malformed request line"));
     };
@@ -171,23 +189,51 @@ fn try_parse<'b>(
     }))
 }
 
-/// A well-formed version other than 1.0 and 1.1 (`HTTP/2.0`, `HTTP/0.9`)
-/// gets 505; anything else, such as `HTTP/1.x`, is garbage and gets 400.
-fn version_error(buf: &[u8]) -> HttpError {
+/// RFC 9112 §2.2 lets a recipient accept a bare LF as a line ending; this
+/// parser does not, because a front proxy that splits lines only at CRLF
+/// would see different header fields than the application does.
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|at| at == 0 || head[at - 1] != b'\r')
+}
+
+/// The version field of a request line that is otherwise three
+/// space-separated fields, as far as it has arrived.
+fn version_field(buf: &[u8]) -> Option<&[u8]> {
     let line_end = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
     let line = &buf[..line_end];
-    let Some(at) = memchr::memmem::rfind(line, b"HTTP/") else {
-        return HttpError::BadRequest("malformed request line");
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut fields = line.split(|&b| b == b' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return None;
     };
-    // HTTP-version = "HTTP/" DIGIT "." DIGIT, and then the line ends (or
-    // has not arrived yet).
-    match &line[at + 5..] {
-        [major, b'.', minor, rest @ ..]
-            if major.is_ascii_digit() && minor.is_ascii_digit() && (rest.is_empty() || rest == b"\r") =>
+    (!method.is_empty() && !target.is_empty()).then_some(version)
+}
+
+/// A well-formed version other than 1.0 and 1.1 (`HTTP/2.0`, `HTTP/0.9`)
+/// gets 505; anything else, such as `HTTP/1.x` or a request line with a
+/// space in its target, is garbage and gets 400.
+fn version_error(buf: &[u8]) -> HttpError {
+    match version_field(buf) {
+        // HTTP-version = "HTTP/" DIGIT "." DIGIT
+        Some([b'H', b'T', b'T', b'P', b'/', major, b'.', minor])
+            if major.is_ascii_digit() && minor.is_ascii_digit() =>
         {
             HttpError::VersionNotSupported
         }
         _ => HttpError::BadRequest("malformed request line"),
+    }
+}
+
+/// Where the minor digit of an `HTTP/1.2`..`HTTP/1.9` request line is.
+fn later_http1_minor(buf: &[u8]) -> Option<usize> {
+    let version = version_field(buf)?;
+    match version {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', b'2'..=b'9'] => {
+            Some(version.as_ptr() as usize - buf.as_ptr() as usize + version.len() - 1)
+        }
+        _ => None,
     }
 }
 
@@ -211,11 +257,70 @@ fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
+/// Bytes a request target may hold as they are: visible ASCII. That is
+/// wider than RFC 3986 (unreserved, sub-delims, ":", "@", "/", "?", "%")
+/// because browsers leave "[", "]", "|", "^", "{" and "}" unencoded in
+/// queries and real applications depend on it. Not "#" (a fragment is never
+/// sent), and no control, space or non-ASCII byte.
+const TARGET_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0x21;
+    while b < 0x7f {
+        table[b] = b != b'#' as usize;
+        b += 1;
+    }
+    table
+};
+
+/// The target's bytes are all allowed and every "%" starts a
+/// pct-encoded triplet, so no two layers can decode it differently.
+fn valid_target(target: &[u8]) -> bool {
+    let mut i = 0;
+    while i < target.len() {
+        let b = target[i];
+        if !TARGET_BYTES[b as usize] {
+            return false;
+        }
+        if b == b'%' {
+            let hex = |at: usize| target.get(at).is_some_and(u8::is_ascii_hexdigit);
+            if !(hex(i + 1) && hex(i + 2)) {
+                return false;
+            }
+            i += 2;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `uri-host [":" port]` (RFC 9110 §7.2), for the Host header and the
+/// authority of an absolute-form target: a reg-name or IPv4 address, or an
+/// IPv6 literal in brackets, then an optional all-digit port.
 fn valid_host(host: &[u8]) -> bool {
-    !host.is_empty()
-        && host
-            .iter()
-            .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(&b))
+    let (name_ok, port) = if let Some(inner) = host.strip_prefix(b"[") {
+        let Some(end) = memchr::memchr(b']', inner) else {
+            return false;
+        };
+        let literal = &inner[..end];
+        let ok = !literal.is_empty() && literal.iter().all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.');
+        match &inner[end + 1..] {
+            [] => (ok, None),
+            [b':', port @ ..] => (ok, Some(port)),
+            _ => return false,
+        }
+    } else {
+        let (name, port) = match memchr::memchr(b':', host) {
+            Some(colon) => (&host[..colon], Some(&host[colon + 1..])),
+            None => (host, None),
+        };
+        let ok = !name.is_empty()
+            && valid_target(name)
+            && name
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+        (ok, port)
+    };
+    name_ok && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
 }
 
 impl Layout {
@@ -230,6 +335,9 @@ impl Layout {
             return Err(HttpError::UriTooLong);
         }
         let (mut host, path_and_query) = split_target(&method, &target)?;
+        if !valid_target(&path_and_query) {
+            return Err(HttpError::BadRequest("invalid request target"));
+        }
         let (path, query) = match memchr::memchr(b'?', &path_and_query) {
             Some(q) => (path_and_query.slice(..q), path_and_query.slice(q + 1..)),
             None => (path_and_query, Bytes::new()),
@@ -237,6 +345,7 @@ impl Layout {
 
         let mut content_length: Option<u64> = None;
         let mut transfer_codings: Vec<Bytes> = Vec::new();
+        let mut transfer_encoding_fields = 0;
         let mut host_headers = 0;
         let mut close = false;
         let mut keep_alive_token = false;
@@ -252,6 +361,7 @@ impl Layout {
                 }
                 content_length = Some(parsed);
             } else if eq_ignore_case(&name, b"transfer-encoding") {
+                transfer_encoding_fields += 1;
                 transfer_codings.extend(tokens(&value).map(|t| value.slice_ref(t)));
             } else if eq_ignore_case(&name, b"host") {
                 host_headers += 1;
@@ -277,6 +387,10 @@ impl Layout {
                 }
             }
             headers.push((name, value));
+        }
+        if transfer_encoding_fields > 0 && transfer_codings.is_empty() {
+            // Present but empty is not absent: a peer may read it either way.
+            return Err(HttpError::BadRequest("empty Transfer-Encoding"));
         }
         if self.version == Version::Http11 && host_headers == 0 {
             return Err(HttpError::BadRequest("HTTP/1.1 request without a Host header"));
@@ -331,7 +445,7 @@ fn split_target(method: &Bytes, target: &Bytes) -> Result<(Option<Bytes>, Bytes)
     let rest = target.slice(scheme_len..);
     let authority_end = rest.iter().position(|&b| b == b'/' || b == b'?').unwrap_or(rest.len());
     let authority = rest.slice(..authority_end);
-    if !valid_host(&authority) || authority.contains(&b'@') {
+    if !valid_host(&authority) {
         return Err(HttpError::BadRequest("invalid authority in request target"));
     }
     let path = if authority_end == rest.len() {
@@ -498,6 +612,78 @@ mod tests {
         assert_eq!(status("GET foo HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("GET * HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
         assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nExpect: tea\r\n\r\n"), 417);
+    }
+
+    #[test]
+    fn line_endings_are_crlf_only() {
+        assert_eq!(status("GET / HTTP/1.1\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\nX: y\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.1\r\nHost: a\r\n\n"), 400);
+        assert!(parse("\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n").unwrap().is_some());
+    }
+
+    #[test]
+    fn versions() {
+        let h = parse("GET / HTTP/1.2\r\nHost: a\r\n\r\n").unwrap().unwrap();
+        assert_eq!(h.version, Version::Http11);
+        assert_eq!(status("GET / HTTP/0.9\r\nHost: a\r\n\r\n"), 505);
+        assert_eq!(status("GET /a b HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET /a  HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+        assert_eq!(status("GET / HTTP/1.10\r\nHost: a\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn targets_must_be_unambiguous() {
+        for bad in ["/a%zz", "/a%", "/a%4", "/a?q=100%", "/a#f", "/caf\u{e9}", "/a\x7fb"] {
+            assert_eq!(
+                status(&format!("GET {bad} HTTP/1.1\r\nHost: a\r\n\r\n")),
+                400,
+                "{bad:?}"
+            );
+        }
+        for good in ["/a%2Fb", "/a?x[]=1|2", "/a\\b", "/%00"] {
+            let h = parse(&format!("GET {good} HTTP/1.1\r\nHost: a\r\n\r\n"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(&h.target[..], good.as_bytes());
+        }
+    }
+
+    #[test]
+    fn host_values() {
+        for good in [
+            "a",
+            "a:80",
+            "a:",
+            "[::1]",
+            "[::1]:8080",
+            "10.0.0.1:9",
+            "xn--caf-dma.example",
+        ] {
+            assert!(
+                parse(&format!("GET / HTTP/1.1\r\nHost: {good}\r\n\r\n"))
+                    .unwrap()
+                    .is_some(),
+                "{good:?}"
+            );
+        }
+        for bad in ["", "a:80a", "a:1:2", "[::1", "[::1]x", "u@a", "a/b", "a%zz", "a, b"] {
+            assert_eq!(
+                status(&format!("GET / HTTP/1.1\r\nHost: {bad}\r\n\r\n")),
+                400,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(status("GET http://a:8x/ HTTP/1.1\r\nHost: a\r\n\r\n"), 400);
+    }
+
+    #[test]
+    fn empty_transfer_encoding_is_not_absent() {
+        assert_eq!(status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n"), 400);
+        assert_eq!(
+            status("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,\r\nContent-Length: 1\r\n\r\n"),
+            400
+        );
     }
 
     #[test]

@@ -313,10 +313,21 @@ fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error>
         {
             continue;
         }
+        if name.contains(&b'_') && (same_cgi_name(name, b"content-length") || same_cgi_name(name, b"transfer-encoding"))
+        {
+            // Content_Length and Transfer_Encoding framed nothing; under
+            // their CGI names they would look to the app as if they had.
+            continue;
+        }
         let key = if name.eq_ignore_ascii_case(b"content-type") {
             ruby.get_inner(k.content_type)
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            ruby.get_inner(k.content_length)
+            // The length the body was framed by, not the field as sent:
+            // "5" for "005" or for two identical Content-Length fields.
+            if let Framing::Length(len) = head.framing {
+                hash_set(env, ruby.get_inner(k.content_length), decimal(ruby, len).as_value());
+            }
+            continue;
         } else if chunked && name.eq_ignore_ascii_case(b"transfer-encoding") {
             continue;
         } else {
@@ -345,6 +356,21 @@ fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error>
         hash_set(env, key, value.as_value());
     }
     Ok(())
+}
+
+/// A u64 as a Ruby string, formatted on the stack.
+fn decimal(ruby: &Ruby, mut n: u64) -> RString {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    ruby.str_from_slice(&digits[at..])
 }
 
 fn same_cgi_name(a: &[u8], b: &[u8]) -> bool {
