@@ -143,6 +143,7 @@ class AdversarialCorpusTest < Minitest::Test
       next unless status >= 400
 
       assert_equal "close", response["connection"], "#{label}: a refusal closes the connection"
+      assert_equal "text/plain; charset=utf-8", response["content-type"], label
       assert response.body.start_with?("#{status} "), "#{label}: #{response.body.inspect}"
     end
     if c.after == "closed"
