@@ -14,13 +14,14 @@ class AdversarialCorpusTest < Minitest::Test
   include Tsubame::HttpSupport
 
   # One corpus entry; see the README section of docs/RELIABILITY.md.
-  Case = Struct.new(:category, :name, :why, :bytes, :statuses, :after, :app_saw, :close_write, keyword_init: true)
+  Case = Struct.new(:category, :name, :why, :bytes, :statuses, :after, :app_saw, :close_write, :head,
+                    keyword_init: true)
 
   # Reads the YAML files: `send` is Latin-1 text (each character one
   # byte, so "\xC3\xA9" is the two bytes of UTF-8 é) with {{TEXT*N}} for N
   # copies of TEXT.
   module Corpus
-    KEYS = %w[name why send expect then app_saw close_write].freeze
+    KEYS = %w[name why send expect then app_saw close_write head].freeze
     SAW_KEYS = %w[method path query body uri protocol server_name server_port content_length headers].freeze
 
     # Innermost first, so {{a{{b*2}}*3}} is "abbabbabb".
@@ -64,7 +65,8 @@ class AdversarialCorpusTest < Minitest::Test
         { "query" => "", "body" => "" }.merge(expand_saw(request))
       end
       Case.new(category: category, name: entry["name"], why: entry["why"], bytes: bytes(entry["send"]),
-               statuses: statuses, after: after, app_saw: saw, close_write: entry["close_write"] == true)
+               statuses: statuses, after: after, app_saw: saw, close_write: entry["close_write"] == true,
+               head: entry["head"] == true)
     end
 
     def self.cases
@@ -138,7 +140,7 @@ class AdversarialCorpusTest < Minitest::Test
 
   def check_answers(client, c, label)
     c.statuses.each_with_index do |status, i|
-      response = client.read_response
+      response = client.read_response(head: c.head)
       assert_equal status, response.status, "#{label}: response #{i + 1} was #{response.status_line.inspect}"
       next unless status >= 400
 
