@@ -2,7 +2,7 @@
 
 require "http_support"
 require "json"
-require "yaml"
+require_relative "corpus"
 
 # Runs every case of the adversarial request corpus (test/adversarial/*.yml)
 # against one server, a fresh connection per case. Each case asserts the
@@ -12,70 +12,6 @@ require "yaml"
 class AdversarialCorpusTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::HttpSupport
-
-  # One corpus entry; see the README section of docs/RELIABILITY.md.
-  Case = Struct.new(:category, :name, :why, :bytes, :statuses, :after, :app_saw, :close_write, :head,
-                    keyword_init: true)
-
-  # Reads the YAML files: `send` is Latin-1 text (each character one
-  # byte, so "\xC3\xA9" is the two bytes of UTF-8 é) with {{TEXT*N}} for N
-  # copies of TEXT.
-  module Corpus
-    KEYS = %w[name why send expect then app_saw close_write head].freeze
-    SAW_KEYS = %w[method path query body uri protocol server_name server_port content_length headers].freeze
-
-    # Innermost first, so {{a{{b*2}}*3}} is "abbabbabb".
-    def self.expand(text)
-      loop do
-        expanded = text.gsub(/\{\{((?:(?!\{\{).)*?)\*(\d+)\}\}/m) { Regexp.last_match(1) * Integer(Regexp.last_match(2), 10) }
-        return expanded if expanded == text
-
-        text = expanded
-      end
-    end
-
-    def self.bytes(text)
-      expand(text).encode(Encoding::ISO_8859_1).b
-    end
-
-    def self.expand_saw(value)
-      case value
-      when String then expand(value)
-      when Hash then value.transform_values { |v| expand_saw(v) }
-      else value
-      end
-    end
-
-    def self.load_case(category, entry)
-      unknown = entry.keys - KEYS
-      raise ArgumentError, "#{category}/#{entry["name"]}: unknown keys #{unknown}" unless unknown.empty?
-      raise ArgumentError, "#{category}: a case needs name, why, send and expect" unless (%w[name why send expect] - entry.keys).empty?
-
-      expect = entry["expect"]
-      statuses = expect == "closed" ? [] : Array(expect).map { |s| Integer(s) }
-      after = entry["then"] || (statuses.empty? || statuses.last >= 400 ? "closed" : "open")
-      raise ArgumentError, "#{entry["name"]}: then must be open or closed" unless %w[open closed].include?(after)
-
-      saw = entry.fetch("app_saw", [])
-      saw = [saw] if saw.is_a?(Hash)
-      saw = saw.map do |request|
-        bad = request.keys - SAW_KEYS
-        raise ArgumentError, "#{entry["name"]}: unknown app_saw keys #{bad}" unless bad.empty?
-
-        { "query" => "", "body" => "" }.merge(expand_saw(request))
-      end
-      Case.new(category: category, name: entry["name"], why: entry["why"], bytes: bytes(entry["send"]),
-               statuses: statuses, after: after, app_saw: saw, close_write: entry["close_write"] == true,
-               head: entry["head"] == true)
-    end
-
-    def self.cases
-      @cases ||= Dir[File.join(__dir__, "*.yml")].sort.flat_map do |file|
-        category = File.basename(file, ".yml")
-        YAML.safe_load(File.read(file), filename: file).map { |entry| load_case(category, entry) }
-      end
-    end
-  end
 
   # The one server every case runs against.
   module Shared
@@ -104,10 +40,10 @@ class AdversarialCorpusTest < Minitest::Test
     define_method("test_#{c.category}_#{c.name}") { run_case(c) }
   end
 
-  Corpus.cases.each { |c| define_case(c) }
+  AdversarialCorpus.cases.each { |c| define_case(c) }
 
   def test_the_corpus_is_large_and_every_name_is_unique
-    names = Corpus.cases.map { |c| "#{c.category}/#{c.name}" }
+    names = AdversarialCorpus.cases.map { |c| "#{c.category}/#{c.name}" }
     assert_operator names.size, :>=, 150
     assert_equal names.size, names.uniq.size, "duplicate case names"
   end
