@@ -167,33 +167,48 @@ fn try_parse<'b>(
     if len > limits.max_header_size {
         return Err(HttpError::HeadersTooLarge);
     }
-    if has_bare_lf(&buf[..len]) {
-        return Err(HttpError::BadRequest("line not ended by CRLF"));
-    }
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(HttpError::BadRequest("malformed request line"));
     };
     let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let target = span(buf, target.as_bytes());
+    // httparse accepts a bare LF as a line ending; every line end is
+    // checked here where its position is already known (the request line
+    // after "SP HTTP/1.x", each field after its value, the final empty
+    // line), instead of scanning the head again.
+    let mut crlf = ends_in_crlf(buf, target.1 + b" HTTP/1.1".len()) && buf[len - 2] == b'\r';
     let headers = req
         .headers
         .iter()
-        .map(|h| (span(buf, h.name.as_bytes()), span(buf, h.value)))
+        .map(|h| {
+            let value = span(buf, h.value);
+            crlf &= ends_in_crlf(buf, value.1);
+            (span(buf, h.name.as_bytes()), value)
+        })
         .collect();
+    if !crlf {
+        return Err(HttpError::BadRequest("line not ended by CRLF"));
+    }
     Ok(Some(Layout {
         len,
         method: span(buf, method.as_bytes()),
-        target: span(buf, target.as_bytes()),
+        target,
         version,
         headers,
         max_uri_size: limits.max_uri_size,
     }))
 }
 
-/// RFC 9112 §2.2 lets a recipient accept a bare LF as a line ending; this
-/// parser does not, because a front proxy that splits lines only at CRLF
-/// would see different header fields than the application does.
-fn has_bare_lf(head: &[u8]) -> bool {
-    memchr::memchr_iter(b'\n', head).any(|at| at == 0 || head[at - 1] != b'\r')
+/// Whether the line whose content ends at `at` (trailing whitespace
+/// aside) ends in CRLF. RFC 9112 §2.2 lets a recipient accept a bare LF;
+/// this parser does not, because a front proxy that splits lines only at
+/// CRLF would see different header fields than the application does. A
+/// bare CR never gets here: httparse refuses it.
+fn ends_in_crlf(buf: &[u8], mut at: usize) -> bool {
+    while matches!(buf.get(at), Some(b' ' | b'\t')) {
+        at += 1;
+    }
+    buf.get(at) == Some(&b'\r')
 }
 
 /// The version field of a request line that is otherwise three
@@ -262,27 +277,47 @@ fn tokens(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// because browsers leave "[", "]", "|", "^", "{" and "}" unencoded in
 /// queries and real applications depend on it. Not "#" (a fragment is never
 /// sent), and no control, space or non-ASCII byte.
-const TARGET_BYTES: [bool; 256] = {
+static TARGET_BYTES: [bool; 256] = byte_table(b"");
+
+/// A reg-name (RFC 3986 §3.2.2): unreserved, sub-delims and "%".
+static REG_NAME_BYTES: [bool; 256] = byte_table(b"-._~!$&'()*+,;=%");
+
+/// With no extras: visible ASCII but "#". With extras: ALPHA, DIGIT and
+/// the extras.
+const fn byte_table(extras: &[u8]) -> [bool; 256] {
     let mut table = [false; 256];
     let mut b = 0x21;
     while b < 0x7f {
-        table[b] = b != b'#' as usize;
+        table[b] = if extras.is_empty() {
+            b != b'#' as usize
+        } else {
+            (b as u8).is_ascii_alphanumeric()
+        };
         b += 1;
     }
-    table
-};
-
-/// The target's bytes are all allowed and every "%" starts a
-/// pct-encoded triplet, so no two layers can decode it differently.
-fn valid_target(target: &[u8]) -> bool {
     let mut i = 0;
-    while i < target.len() {
-        let b = target[i];
-        if !TARGET_BYTES[b as usize] {
+    while i < extras.len() {
+        table[extras[i] as usize] = true;
+        i += 1;
+    }
+    table
+}
+
+/// So that no two layers can decode the target differently.
+fn valid_target(target: &[u8]) -> bool {
+    encoded_within(target, &TARGET_BYTES)
+}
+
+/// Every byte is in `allowed`, and every "%" starts a "%XX" triplet.
+fn encoded_within(text: &[u8], allowed: &[bool; 256]) -> bool {
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        if !allowed[b as usize] {
             return false;
         }
         if b == b'%' {
-            let hex = |at: usize| target.get(at).is_some_and(u8::is_ascii_hexdigit);
+            let hex = |at: usize| text.get(at).is_some_and(u8::is_ascii_hexdigit);
             if !(hex(i + 1) && hex(i + 2)) {
                 return false;
             }
@@ -313,11 +348,7 @@ fn valid_host(host: &[u8]) -> bool {
             Some(colon) => (&host[..colon], Some(&host[colon + 1..])),
             None => (host, None),
         };
-        let ok = !name.is_empty()
-            && valid_target(name)
-            && name
-                .iter()
-                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%".contains(&b));
+        let ok = !name.is_empty() && encoded_within(name, &REG_NAME_BYTES);
         (ok, port)
     };
     name_ok && port.is_none_or(|p| p.iter().all(u8::is_ascii_digit))
