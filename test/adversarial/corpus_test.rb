@@ -65,11 +65,11 @@ class AdversarialCorpusTest < Minitest::Test
     client&.close
   end
 
-  # A server may refuse and close before the last byte is sent; what it
-  # answered is still there to read.
-  # A refused case also carries a good request pipelined right behind it
-  # (unless it ends the stream itself): the refusal must close the
-  # connection before that request is answered or reaches the app.
+  # A case that must end with the connection closed also carries a good
+  # request pipelined right behind it (unless it ends the stream itself):
+  # it must never be answered or reach the app. The server may refuse and
+  # close before the last byte is sent; what it answered is still there to
+  # read.
   def send_bytes(client, c)
     probe = c.after == "closed" && !c.close_write ? "GET /__smuggled/#{c.name} HTTP/1.1\r\nHost: a\r\n\r\n" : ""
     client.write(c.bytes + probe)
