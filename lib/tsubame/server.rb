@@ -140,6 +140,7 @@ module Tsubame
         "requests_count" => stats["requests_total"].to_i,
         "requests_in_flight" => max - idle,
         "connections_active" => stats["connections_active"].to_i,
+        "app_errors" => @app_errors.count,
         "engine" => stats
       }
     end

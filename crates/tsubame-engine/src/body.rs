@@ -152,7 +152,7 @@ fn spool_file() -> Result<File, HttpError> {
 
 fn spool_error(err: std::io::Error) -> HttpError {
     crate::log::error(&format!("cannot spool request body to disk: {err}"));
-    HttpError::Internal("request body could not be stored")
+    HttpError::SpoolFailed
 }
 
 #[cfg(test)]

@@ -347,7 +347,8 @@ fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
 
 /// Out of descriptors or memory: pause accepting briefly instead of
 /// spinning on an error that will repeat at once.
-async fn accept_failed(err: std::io::Error) {
+async fn accept_failed(err: std::io::Error, shared: &Shared) {
+    Stats::bump(&shared.stats.accept_errors);
     log::error(&format!("accept failed: {err}"));
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
@@ -368,7 +369,7 @@ async fn accept_tcp(listener: Acceptor<std::net::TcpListener>, info: Arc<Listene
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
                     spawn_connection(stream, conn, &shared);
                 }
-                Err(err) => accept_failed(err).await,
+                Err(err) => accept_failed(err, &shared).await,
             }
         }
     }
@@ -393,7 +394,7 @@ async fn accept_unix(
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
                     spawn_connection(stream, conn, &shared);
                 }
-                Err(err) => accept_failed(err).await,
+                Err(err) => accept_failed(err, &shared).await,
             }
         }
     }

@@ -232,6 +232,8 @@ impl Server {
         hash.aset("rejected_total", s.rejected_total)?;
         hash.aset("read_timeouts", s.read_timeouts)?;
         hash.aset("client_disconnects", s.client_disconnects)?;
+        hash.aset("spool_errors", s.spool_errors)?;
+        hash.aset("accept_errors", s.accept_errors)?;
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;

@@ -1,0 +1,143 @@
+//! Response heads as the application hands them over (any status, any
+//! header names and values, any body shape) through `ResponseHead`. Whatever
+//! is accepted must serialize to one valid HTTP/1.1 head: a proper status
+//! line, every line CRLF-terminated with no stray CR or LF (no header or
+//! response injection), a parseable header block, and framing a client
+//! reads the same way the engine writes the body.
+#![no_main]
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use tsubame_engine::parse::Version;
+use tsubame_engine::reply::StreamFraming;
+use tsubame_engine::response::{status_has_no_body, FinishedHead, ResponseHead};
+
+#[derive(Arbitrary, Debug)]
+enum Shape {
+    /// A body complete in memory (array/string bodies, files by length).
+    Full { body_len: u32 },
+    /// A body streamed piece by piece (`each` with no length known).
+    Stream,
+    /// A partial hijack: the app writes after the head.
+    Hijacked,
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    status: i64,
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
+    shape: Shape,
+    is_head: bool,
+    keep_alive: bool,
+    http10: bool,
+}
+
+fn lines(head: &[u8]) -> Vec<&[u8]> {
+    assert!(head.ends_with(b"\r\n\r\n"), "head does not end with an empty line");
+    let body = &head[..head.len() - 4];
+    body.split(|&b| b == b'\n')
+        .map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or_else(|| panic!("bare LF in head {head:?}"));
+            assert!(!line.contains(&b'\r'), "stray CR in head {head:?}");
+            line
+        })
+        .collect()
+}
+
+fn header_values<'a>(lines: &[&'a [u8]], name: &[u8]) -> Vec<&'a [u8]> {
+    lines[1..]
+        .iter()
+        .filter_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            line[..colon].eq_ignore_ascii_case(name).then(|| line[colon + 1..].trim_ascii())
+        })
+        .collect()
+}
+
+fn check(input: &Input, finished: &FinishedHead, status: u16) {
+    let head = &finished.bytes;
+    let lines = lines(head);
+    let status_line = lines[0];
+    assert!(status_line.starts_with(b"HTTP/1.1 "));
+    assert_eq!(&status_line[9..12], status.to_string().as_bytes());
+    assert_eq!(status_line.get(12), Some(&b' '));
+    for line in &lines[1..] {
+        assert!(!line.is_empty(), "empty line inside the head {head:?}");
+        let colon = line.iter().position(|&b| b == b':').expect("header line without a colon");
+        assert!(colon > 0);
+        assert!(!line[..colon].iter().any(|&b| b <= b' ' || b == 0x7f), "bad header name {line:?}");
+        assert!(!line.contains(&0), "NUL in header line");
+    }
+    // A strict client parser sees the same head.
+    let mut parsed = [httparse::EMPTY_HEADER; 512];
+    let mut response = httparse::Response::new(&mut parsed);
+    match response.parse(head) {
+        Ok(httparse::Status::Complete(len)) => assert_eq!(len, head.len()),
+        other => {
+            if lines.len() - 1 <= parsed.len() {
+                panic!("client cannot parse the head: {other:?} {head:?}")
+            }
+        }
+    }
+
+    let lengths = header_values(&lines, b"content-length");
+    let te = header_values(&lines, b"transfer-encoding");
+    assert!(lengths.len() <= 1, "several Content-Length headers: {head:?}");
+    // RFC 9112 §6.2: never both; a client or proxy would pick one.
+    assert!(
+        lengths.is_empty() || te.is_empty(),
+        "Content-Length alongside Transfer-Encoding: {head:?}"
+    );
+    if let Shape::Full { body_len } = input.shape {
+        if finished.send_body && te.is_empty() && status != 304 {
+            assert_eq!(lengths, vec![body_len.to_string().as_bytes()], "length does not match the body");
+        }
+    }
+    if finished.send_body && !matches!(input.shape, Shape::Hijacked) {
+        assert!(!status_has_no_body(status), "a body for status {status}");
+    }
+    let closes = header_values(&lines, b"connection")
+        .iter()
+        .any(|v| v.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")));
+    if !finished.keep_alive && !matches!(input.shape, Shape::Hijacked) {
+        assert!(closes, "the engine closes but did not say so: {head:?}");
+    }
+    if finished.keep_alive {
+        assert!(!closes, "keep-alive kept after Connection: close: {head:?}");
+        // A kept connection needs a body end the client can find.
+        if finished.send_body {
+            let framed = !lengths.is_empty() || !te.is_empty();
+            assert!(framed, "kept-alive body without framing: {head:?}");
+        }
+    }
+    if let StreamFraming::Raw {
+        declared_len: Some(len),
+    } = finished.framing
+    {
+        assert_eq!(lengths, vec![len.to_string().as_bytes()]);
+    }
+    if finished.framing == StreamFraming::Chunked {
+        assert_eq!(te, vec![&b"chunked"[..]]);
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let Ok(mut head) = ResponseHead::new(input.status) else {
+        assert!(!(100..=999).contains(&input.status));
+        return;
+    };
+    for (name, value) in &input.headers {
+        if head.header(name, value).is_err() {
+            // Refused headers fail the whole response (the app gets a 500).
+            return;
+        }
+    }
+    let status = head.status();
+    let version = if input.http10 { Version::Http10 } else { Version::Http11 };
+    let finished = match input.shape {
+        Shape::Full { body_len } => head.finish_full(u64::from(body_len), input.is_head, input.keep_alive, version),
+        Shape::Stream => head.finish_stream(input.is_head, input.keep_alive, version),
+        Shape::Hijacked => head.finish_hijacked(),
+    };
+    check(&input, &finished, status);
+});
