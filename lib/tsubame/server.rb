@@ -176,6 +176,7 @@ module Tsubame
 
     def handle(request, env)
       status = headers = body = error = nil
+      input = env["rack.input"]
       begin
         status, headers, body = @app.call(env)
         return if request.hijacked?
@@ -190,6 +191,9 @@ module Tsubame
       ensure
         close_body(body, env)
         finish(env, status, headers, error)
+        # After a full hijack the app may still be reading the body on
+        # its own thread; otherwise the request is over.
+        input.release unless request.hijacked?
       end
     end
 

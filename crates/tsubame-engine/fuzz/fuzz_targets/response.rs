@@ -34,14 +34,24 @@ struct Input {
 
 fn lines(head: &[u8]) -> Vec<&[u8]> {
     assert!(head.ends_with(b"\r\n\r\n"), "head does not end with an empty line");
-    let body = &head[..head.len() - 4];
-    body.split(|&b| b == b'\n')
-        .map(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or_else(|| panic!("bare LF in head {head:?}"));
-            assert!(!line.contains(&b'\r'), "stray CR in head {head:?}");
-            line
+    // Every line without its CRLF; the empty line that ends the head dropped.
+    let block = &head[..head.len() - 2];
+    block
+        .split(|&b| b == b'\n')
+        .collect::<Vec<_>>()
+        .split_last()
+        .map(|(last, lines)| {
+            assert!(last.is_empty());
+            lines
+                .iter()
+                .map(|&line| {
+                    let line = line.strip_suffix(b"\r").unwrap_or_else(|| panic!("bare LF in head {head:?}"));
+                    assert!(!line.contains(&b'\r'), "stray CR in head {head:?}");
+                    line
+                })
+                .collect()
         })
-        .collect()
+        .unwrap_or_default()
 }
 
 fn header_values<'a>(lines: &[&'a [u8]], name: &[u8]) -> Vec<&'a [u8]> {
