@@ -85,15 +85,20 @@ impl ResponseHead {
     }
 
     /// Adds one header. A value holding newlines becomes one header line per
-    /// part (Rack 2's way of sending several values); CR and NUL are refused
-    /// so a value can never start a new header or response.
+    /// part (Rack 2's way of sending several values). Other control bytes
+    /// (CR, NUL, DEL, anything below space but tab) are refused: CR could
+    /// start a new header or response, and the rest make strict clients and
+    /// proxies reject the whole response (RFC 9110 §5.5).
     pub fn header(&mut self, name: &[u8], value: &[u8]) -> Result<(), ResponseError> {
         if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
             return Err(ResponseError::InvalidHeaderName(
                 String::from_utf8_lossy(name).into_owned(),
             ));
         }
-        if value.iter().any(|&b| b == b'\r' || b == 0) {
+        if value
+            .iter()
+            .any(|&b| (b < b' ' && b != b'\t' && b != b'\n') || b == 0x7f)
+        {
             return Err(ResponseError::InvalidHeaderValue(
                 String::from_utf8_lossy(name).into_owned(),
             ));
@@ -107,10 +112,13 @@ impl ResponseHead {
             return Ok(());
         }
         if name.eq_ignore_ascii_case(b"connection") {
+            // Several values (one per line) are one comma-separated list:
+            // this header goes out as a single line of our own.
+            let value: Vec<u8> = value.iter().map(|&b| if b == b'\n' { b',' } else { b }).collect();
             self.app_close |= value
                 .split(|&b| b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
-            self.app_connection = Some(value.to_vec());
+            self.app_connection = Some(value);
             return Ok(());
         }
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -422,6 +430,12 @@ mod tests {
         assert!(t.contains("set-cookie: a=1\r\nset-cookie: b=2\r\n"));
         let mut head = ResponseHead::new(200).unwrap();
         assert!(head.header(b"x", b"a\r\nInjected: 1").is_err());
+        // Found by the response fuzz target: control bytes made a head that
+        // strict clients refuse whole.
+        for bad in [&b"a\x06b"[..], b"\x01", b"a\x7f", b"\x1b[31m"] {
+            assert!(head.header(b"x", bad).is_err(), "{bad:?}");
+        }
+        assert!(head.header(b"x", b"tab\tand obs-text \xe9").is_ok());
         assert!(head.header(b"bad name", b"v").is_err());
         assert!(ResponseHead::new(99).is_err());
         assert!(ResponseHead::new(1000).is_err());
@@ -452,6 +466,15 @@ mod tests {
         let done = head.finish_full(0, false, true, Version::Http11);
         assert!(!done.keep_alive);
         assert!(text(&done).contains("connection: close\r\n"));
+    }
+
+    #[test]
+    fn a_multi_line_connection_value_stays_on_one_line() {
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"connection", b"upgrade\nx-other").unwrap();
+        let t = text(&head.finish_full(0, false, true, Version::Http11));
+        assert!(t.contains("connection: upgrade,x-other\r\n"), "{t}");
+        assert!(!t.replace("\r\n", "").contains('\n'), "{t:?}");
     }
 
     #[test]
