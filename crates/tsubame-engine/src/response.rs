@@ -38,6 +38,9 @@ pub struct ResponseHead {
     status: u16,
     content_length: Option<u64>,
     app_transfer_encoding: bool,
+    /// The app's last transfer coding is chunked, so a client finds the
+    /// body's end; any other coding ends the body with the connection.
+    app_chunked: bool,
     app_close: bool,
     app_connection: Option<Vec<u8>>,
     has_date: bool,
@@ -70,6 +73,7 @@ impl ResponseHead {
             status,
             content_length: None,
             app_transfer_encoding: false,
+            app_chunked: false,
             app_close: false,
             app_connection: None,
             has_date: false,
@@ -123,6 +127,11 @@ impl ResponseHead {
         }
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.app_transfer_encoding = true;
+            self.app_chunked = value
+                .split(|&b| b == b',' || b == b'\n')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty())
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"date") {
             self.has_date = true;
         }
@@ -156,6 +165,13 @@ impl ResponseHead {
         self.buf.extend_from_slice(b"\r\n");
     }
 
+    /// Found by the response fuzz target: a Transfer-Encoding the app set
+    /// whose last coding is not chunked leaves the body's end to the close,
+    /// so the connection cannot be kept.
+    fn app_allows_keep_alive(&self) -> bool {
+        !self.app_close && (!self.app_transfer_encoding || self.app_chunked)
+    }
+
     fn push_content_length(&mut self, len: u64) {
         let mut digits = itoa::Buffer::new();
         self.buf.extend_from_slice(b"content-length: ");
@@ -170,9 +186,13 @@ impl ResponseHead {
     /// body is not looked at, so without a claim no length is sent (a made-up
     /// 0 would misstate what GET sends, RFC 9110 §8.6).
     pub fn finish_full(mut self, body_len: u64, is_head: bool, keep_alive: bool, version: Version) -> FinishedHead {
-        let keep_alive = keep_alive && !self.app_close;
+        let keep_alive = keep_alive && self.app_allows_keep_alive();
         let send_body = !is_head && !status_has_no_body(self.status);
-        if self.status == 304 {
+        if self.app_transfer_encoding {
+            // The app frames the body itself; a Content-Length beside its
+            // Transfer-Encoding would let a client or proxy pick either
+            // (RFC 9112 §6.2), so none is sent.
+        } else if self.status == 304 {
             if let Some(len) = self.content_length {
                 self.push_content_length(len);
             }
@@ -193,9 +213,12 @@ impl ResponseHead {
 
     /// Finishes a head for a body produced piece by piece.
     pub fn finish_stream(mut self, is_head: bool, keep_alive: bool, version: Version) -> FinishedHead {
-        let mut keep_alive = keep_alive && !self.app_close;
+        let mut keep_alive = keep_alive && self.app_allows_keep_alive();
         let send_body = !is_head && !status_has_no_body(self.status);
-        let framing = if let Some(len) = self.content_length.filter(|_| !status_has_no_body(self.status)) {
+        let declared = self
+            .content_length
+            .filter(|_| !status_has_no_body(self.status) && !self.app_transfer_encoding);
+        let framing = if let Some(len) = declared {
             self.push_content_length(len);
             StreamFraming::Raw {
                 declared_len: Some(len),
@@ -300,6 +323,7 @@ fn unreachable_status() -> ResponseHead {
         status: 500,
         content_length: None,
         app_transfer_encoding: false,
+        app_chunked: false,
         app_close: false,
         app_connection: None,
         has_date: false,
@@ -466,6 +490,37 @@ mod tests {
         let done = head.finish_full(0, false, true, Version::Http11);
         assert!(!done.keep_alive);
         assert!(text(&done).contains("connection: close\r\n"));
+    }
+
+    #[test]
+    fn the_apps_transfer_encoding_wins_over_its_content_length() {
+        // Found by the response fuzz target: both headers went out.
+        for stream in [false, true] {
+            let mut head = ResponseHead::new(200).unwrap();
+            head.header(b"transfer-encoding", b"chunked").unwrap();
+            head.header(b"content-length", b"81").unwrap();
+            let done = if stream {
+                head.finish_stream(false, true, Version::Http11)
+            } else {
+                head.finish_full(5, false, true, Version::Http11)
+            };
+            let t = text(&done);
+            assert!(!t.contains("content-length"), "{t}");
+            assert!(done.keep_alive);
+            assert_eq!(done.framing, StreamFraming::Raw { declared_len: None });
+        }
+    }
+
+    #[test]
+    fn a_transfer_coding_not_ending_in_chunked_closes_the_connection() {
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"transfer-encoding", b"chunked, gzip").unwrap();
+        let done = head.finish_stream(false, true, Version::Http11);
+        assert!(!done.keep_alive);
+        assert!(text(&done).contains("connection: close\r\n"));
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"transfer-encoding", b"gzip\nchunked").unwrap();
+        assert!(head.finish_full(0, false, true, Version::Http11).keep_alive);
     }
 
     #[test]
