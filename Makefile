@@ -26,7 +26,7 @@ CHAOS_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/chaos/*_chaos.rb"].sort.each {
 
 # Seconds each fuzz target runs in `make fuzz` (FUZZ_SECONDS=600 make fuzz).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := request chunked response
+FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
 .PHONY: deps build run test chaos soak fuzz bench bench-cluster gem
