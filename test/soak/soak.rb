@@ -26,6 +26,8 @@ module Soak
   BENCH = File.join(ROOT, "lib", "tsubame", "tsubame-bench")
   TOTAL = Integer(ENV.fetch("SOAK_REQUESTS", "1000000"))
   WARMUP = Integer(ENV.fetch("SOAK_WARMUP", "100000"))
+  WARMUP_ROUNDS = 8
+  WARMUP_STABLE = 0.02
   CLOSE_SHARE = Float(ENV.fetch("SOAK_CLOSE_SHARE", "0.1"))
   WORKERS = 2
   RSS_GROWTH_LIMIT = 0.05
@@ -65,15 +67,19 @@ module Soak
     end
   end
 
+  ROUNDS = 5
+
+  # Warm-up rounds of the same mix (see warm_up); then ROUNDS rounds of
+  # TOTAL / ROUNDS requests, each mostly keep-alive with its share of
+  # one-request connections. Workers are measured idle after each round,
+  # so the series shows a trend rather than one noisy pair of numbers.
   def soak(server, dir)
     url = "http://127.0.0.1:#{server[:port]}/"
     targets = File.join(dir, "targets.txt")
-    puts "soak: #{TOTAL} requests after #{WARMUP} of warm-up, #{WORKERS} workers, machine load #{loadavg}"
-    phases = [bench("warm-up", url, targets, WARMUP, keepalive: true)]
-    settle(server)
-    before = sample(server)
-    closed = (TOTAL * CLOSE_SHARE).round
-    started = monotonic
+    puts "soak: #{TOTAL} requests in #{ROUNDS} rounds after warm-up rounds of #{WARMUP}, #{WORKERS} workers, " \
+         "machine load #{loadavg}"
+    warmup, before = warm_up(server, url, targets)
+    series = [before]
     peak = Hash.new(0)
     sampler = Thread.new do
       loop do
@@ -81,31 +87,70 @@ module Soak
         sleep 1
       end
     end
-    phases << bench("keep-alive", url, targets, TOTAL - closed, keepalive: true)
-    phases << bench("no keep-alive", url, targets, closed, keepalive: false)
-    sampler.kill
+    started = monotonic
+    phases = Array.new(ROUNDS) do |i|
+      phase = round("round #{i + 1}", url, targets, TOTAL / ROUNDS)
+      sampler.wakeup
+      series << settle_and_sample(server)
+      phase
+    end
     elapsed = monotonic - started
-    settle(server)
-    after = sample(server)
-    report(phases, before, after, peak, elapsed)
+    sampler.kill
+    report([warmup] + phases, series, peak, elapsed)
   end
 
-  def bench(name, url, targets, count, keepalive:)
+  # Rounds of WARMUP requests until every worker's idle RSS moved less
+  # than WARMUP_STABLE since the previous round (at most WARMUP_ROUNDS):
+  # the allocator's high-water mark differs between processes and takes a
+  # while to settle, and a baseline taken before it has is not a baseline.
+  def warm_up(server, url, targets)
+    rounds = []
+    previous = nil
+    WARMUP_ROUNDS.times do |i|
+      rounds << round("warm-up #{i + 1}", url, targets, WARMUP)
+      current = settle_and_sample(server)
+      puts "  warm-up #{i + 1}: RSS KiB #{current.map { |pid, s| "#{pid}=#{s[:rss_kb]}" }.join(" ")}"
+      stable = previous && current.all? do |pid, s|
+        (s[:rss_kb] - previous.dig(pid, :rss_kb).to_i).abs <= previous.dig(pid, :rss_kb).to_i * WARMUP_STABLE
+      end
+      return [combine("warm-up", rounds), current] if stable
+
+      previous = current
+    end
+    abort "soak: RSS did not settle within #{WARMUP_ROUNDS} warm-up rounds"
+  end
+
+  def combine(name, rounds)
+    { name: name, requests: rounds.sum { |r| r[:requests] },
+      codes: rounds.map { |r| r[:codes] }.reduce { |a, b| a.merge(b) { |_, x, y| x + y } },
+      errors: rounds.map { |r| r[:errors] }.reduce { |a, b| a.merge(b) { |_, x, y| x + y } } }
+  end
+
+  # One round: the keep-alive share, then the one-request-per-connection
+  # share; returns the two combined.
+  def round(name, url, targets, count)
+    closed = (count * CLOSE_SHARE).round
+    kept = bench(url, targets, count - closed, keepalive: true)
+    fresh = bench(url, targets, closed, keepalive: false)
+    { name: name, requests: kept[:requests] + fresh[:requests],
+      codes: kept[:codes].merge(fresh[:codes]) { |_, a, b| a + b }, errors: kept[:errors].merge(fresh[:errors]) }
+  end
+
+  def bench(url, targets, count, keepalive:)
     args = [BENCH, "--json", "-q", "-n", count.to_s, "-c", keepalive ? "32" : "8", "--timeout", "30s",
             "--targets", targets]
     args << "--no-keepalive" unless keepalive
     out, err, status = Open3.capture3(*args, url)
-    abort "soak: bench #{name} failed: #{err}" unless status.success?
+    abort "soak: tsubame-bench failed: #{err}" unless status.success?
     result = JSON.parse(out)
-    { name: name, requests: result["requests"], codes: result["status_codes"], errors: result["errors"],
-      rps: result["throughput"] }
+    { requests: result["requests"], codes: result["status_codes"], errors: result["errors"] }
   end
 
-  # Waits for the load's connections to close and the workers to go idle,
-  # so descriptors and threads are counted at rest.
-  def settle(server)
+  # Lets the load's connections close and the workers go idle, so
+  # descriptors and threads are counted at rest.
+  def settle_and_sample(server)
     sleep 3
-    GC.start
+    sample(server)
   end
 
   def sample(server)
@@ -119,12 +164,12 @@ module Soak
     File.read("/proc/#{pid}/status")[/^#{key}:\s+(\d+)/, 1]
   end
 
-  def report(phases, before, after, peak, elapsed)
+  def report(phases, series, peak, elapsed)
     failures = []
     puts
-    puts format("%-14s %10s  %-40s %s", "phase", "requests", "status codes", "errors")
+    puts format("%-10s %10s  %-24s %s", "phase", "requests", "status codes", "errors")
     phases.each do |p|
-      puts format("%-14s %10d  %-40s %s", p[:name], p[:requests], p[:codes].to_json, p[:errors].to_json)
+      puts format("%-10s %10d  %-24s %s", p[:name], p[:requests], p[:codes].to_json, p[:errors].to_json)
       failures << "#{p[:name]}: errors #{p[:errors]}" unless p[:errors].empty?
       failures << "#{p[:name]}: non-200 answers #{p[:codes]}" unless p[:codes].keys == ["200"]
     end
@@ -132,13 +177,18 @@ module Soak
     failures << "only #{measured} requests ran" if measured < TOTAL
     puts format("%d requests in %.0f s (%.0f req/s), machine load %s", measured, elapsed, measured / elapsed, loadavg)
     puts
-    puts format("%-8s %12s %12s %12s %7s %11s %11s", "worker", "RSS before", "RSS after", "RSS peak", "growth",
-                "fds b/a", "threads b/a")
+    puts "idle figures per worker: after warm-up, then after each round"
+    before = series.first
+    after = series.last
     before.each do |pid, b|
-      a = after.fetch(pid) { failures << "worker #{pid} is gone"; next }
+      a = after[pid]
+      next failures << "worker #{pid} is gone" unless a
+
       growth = (a[:rss_kb] - b[:rss_kb]).to_f / b[:rss_kb]
-      puts format("%-8d %8d KiB %8d KiB %8d KiB %6.1f%% %11s %11s", pid, b[:rss_kb], a[:rss_kb], peak[pid],
-                  growth * 100, "#{b[:fds]}/#{a[:fds]}", "#{b[:threads]}/#{a[:threads]}")
+      puts format("worker %d  RSS KiB %s  (peak under load %d, growth %+.1f%%)", pid,
+                  series.map { |s| s.dig(pid, :rss_kb) }.join(" "), peak[pid], growth * 100)
+      puts format("%14s  fds %s  threads %s", "", series.map { |s| s.dig(pid, :fds) }.join(" "),
+                  series.map { |s| s.dig(pid, :threads) }.join(" "))
       failures << "worker #{pid}: RSS grew #{(growth * 100).round(1)}%" if growth >= RSS_GROWTH_LIMIT
       failures << "worker #{pid}: descriptors #{b[:fds]} -> #{a[:fds]}" if a[:fds] != b[:fds]
       failures << "worker #{pid}: threads #{b[:threads]} -> #{a[:threads]}" if a[:threads] != b[:threads]
