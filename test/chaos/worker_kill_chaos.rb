@@ -46,7 +46,8 @@ class WorkerKillChaos < Minitest::Test
           in_flight = load.all.count { |r| r.started <= k[:after] && r.finished >= k[:before] }
           failed = load.failures.count { |r| r.started <= k[:after] && r.finished >= k[:before] }
           assert_operator failed, :<=, in_flight
-          assert_operator in_flight, :<=, CLIENTS
+          # Each client has one request at a time: it loses at most that one.
+          assert_operator failed, :<=, CLIENTS
         end
         assert_operator load.failures.size, :<=, kills.size * CLIENTS
 

@@ -69,12 +69,23 @@ fn same(a: &Outcome, b: &Outcome) -> bool {
 fn check_head(head: &RequestHead) {
     assert!(!head.method.is_empty() && head.method.iter().all(u8::is_ascii_uppercase));
     assert!(!head.target.is_empty() && head.target.len() <= LIMITS.max_uri_size);
-    assert!(head.target.iter().all(|&b| b > b' ' && b != 0x7f), "target {:?}", head.target);
-    assert!(head.path.first() == Some(&b'/') || &head.path[..] == b"*", "path {:?}", head.path);
+    assert!(
+        head.target.iter().all(|&b| b > b' ' && b != 0x7f),
+        "target {:?}",
+        head.target
+    );
+    assert!(
+        head.path.first() == Some(&b'/') || &head.path[..] == b"*",
+        "path {:?}",
+        head.path
+    );
     assert!(head.headers.len() <= LIMITS.max_headers);
     for (name, value) in &head.headers {
         assert!(!name.is_empty());
-        assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0), "value {value:?}");
+        assert!(
+            !value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0),
+            "value {value:?}"
+        );
     }
     let counts = |n: &[u8]| head.headers.iter().filter(|(h, _)| h.eq_ignore_ascii_case(n)).count();
     match head.framing {
@@ -83,7 +94,10 @@ fn check_head(head: &RequestHead) {
         Framing::None => assert_eq!(counts(b"transfer-encoding") + counts(b"content-length"), 0),
     }
     if let Some(host) = &head.host {
-        assert!(!host.iter().any(|&b| b <= b' ' || b == b'/' || b == b'@'), "host {host:?}");
+        assert!(
+            !host.iter().any(|&b| b <= b' ' || b == b'/' || b == b'@'),
+            "host {host:?}"
+        );
     }
 }
 
@@ -121,7 +135,12 @@ fuzz_target!(|input: &[u8]| {
         (result, buf.to_vec())
     };
     let split = parse_in_reads(data, splits);
-    assert!(same(&whole, &split), "split reads changed the outcome: {:?} vs {:?}", whole.0, split.0);
+    assert!(
+        same(&whole, &split),
+        "split reads changed the outcome: {:?} vs {:?}",
+        whole.0,
+        split.0
+    );
     if let (Ok(Some(head)), rest) = &whole {
         check_head(head);
         assert!(data.ends_with(rest), "the parser consumed bytes that were not the head");

@@ -72,7 +72,9 @@ fn lines(head: &[u8]) -> Vec<&[u8]> {
             lines
                 .iter()
                 .map(|&line| {
-                    let line = line.strip_suffix(b"\r").unwrap_or_else(|| panic!("bare LF in head {head:?}"));
+                    let line = line
+                        .strip_suffix(b"\r")
+                        .unwrap_or_else(|| panic!("bare LF in head {head:?}"));
                     assert!(!line.contains(&b'\r'), "stray CR in head {head:?}");
                     line
                 })
@@ -86,7 +88,9 @@ fn header_values<'a>(lines: &[&'a [u8]], name: &[u8]) -> Vec<&'a [u8]> {
         .iter()
         .filter_map(|line| {
             let colon = line.iter().position(|&b| b == b':')?;
-            line[..colon].eq_ignore_ascii_case(name).then(|| line[colon + 1..].trim_ascii())
+            line[..colon]
+                .eq_ignore_ascii_case(name)
+                .then(|| line[colon + 1..].trim_ascii())
         })
         .collect()
 }
@@ -100,9 +104,15 @@ fn check(input: &Input, finished: &FinishedHead, status: u16) {
     assert_eq!(status_line.get(12), Some(&b' '));
     for line in &lines[1..] {
         assert!(!line.is_empty(), "empty line inside the head {head:?}");
-        let colon = line.iter().position(|&b| b == b':').expect("header line without a colon");
+        let colon = line
+            .iter()
+            .position(|&b| b == b':')
+            .expect("header line without a colon");
         assert!(colon > 0);
-        assert!(!line[..colon].iter().any(|&b| b <= b' ' || b == 0x7f), "bad header name {line:?}");
+        assert!(
+            !line[..colon].iter().any(|&b| b <= b' ' || b == 0x7f),
+            "bad header name {line:?}"
+        );
         assert!(!line.contains(&0), "NUL in header line");
     }
     // A strict client parser sees the same head.
@@ -127,15 +137,20 @@ fn check(input: &Input, finished: &FinishedHead, status: u16) {
     );
     if let Shape::Full { body_len } = input.shape {
         if finished.send_body && te.is_empty() && status != 304 {
-            assert_eq!(lengths, vec![body_len.to_string().as_bytes()], "length does not match the body");
+            assert_eq!(
+                lengths,
+                vec![body_len.to_string().as_bytes()],
+                "length does not match the body"
+            );
         }
     }
     if finished.send_body && !matches!(input.shape, Shape::Hijacked) {
         assert!(!status_has_no_body(status), "a body for status {status}");
     }
-    let closes = header_values(&lines, b"connection")
-        .iter()
-        .any(|v| v.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close")));
+    let closes = header_values(&lines, b"connection").iter().any(|v| {
+        v.split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    });
     if !finished.keep_alive && !matches!(input.shape, Shape::Hijacked) {
         assert!(closes, "the engine closes but did not say so: {head:?}");
     }
@@ -150,7 +165,10 @@ fn check(input: &Input, finished: &FinishedHead, status: u16) {
                     .rfind(|t| !t.is_empty())
                     .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"))
             });
-            assert!(!lengths.is_empty() || chunked_last, "kept-alive body without framing: {head:?}");
+            assert!(
+                !lengths.is_empty() || chunked_last,
+                "kept-alive body without framing: {head:?}"
+            );
         }
     }
     if let StreamFraming::Raw {
