@@ -16,8 +16,8 @@ class UploadReleaseTest < Minitest::Test
 
   def test_a_spooled_upload_is_closed_when_its_request_ends
     in_tmpdir do |spool|
-      config = write_file(spool, "config.rb", "spool_threshold 1024\n")
-      with_server(APP, args: ["-C", config], env: { "TMPDIR" => spool }) do |s|
+      config = write_file(spool, "config.rb", "spool_threshold 1024\nupload_dir #{spool.inspect}\n")
+      with_server(APP, args: ["-C", config]) do |s|
         3.times do
           response = s.http.post("/", "x" * 100_000, "content-type" => "application/octet-stream")
           assert_equal "100000", response.body

@@ -3,7 +3,7 @@
 require_relative "chaos_support"
 
 # Uploads spooled to a disk that fills up: large request bodies go to
-# unlinked temp files in $TMPDIR, here a 1 MiB tmpfs. An upload that does
+# unlinked temp files in upload_dir, here a 1 MiB tmpfs. An upload that does
 # not fit gets a 500 (or a reset, if the client is still sending when the
 # server closes), is logged and counted in spool_errors; uploads that fit,
 # and every other request, keep succeeding, and the space is given back.
@@ -32,7 +32,7 @@ class DiskFullChaos < Minitest::Test
   end
 
   def test_uploads_that_do_not_fit_fail_alone
-    with_cluster(UPLOAD_APP, workers: 2, args: %w[-t 3:3], env: { "TMPDIR" => @mount }) do |s|
+    with_cluster(UPLOAD_APP, workers: 2, config: "upload_dir #{@mount.inspect}\n", args: %w[-t 3:3]) do |s|
       load = Tsubame::LoadLoop.new(s.port, clients: 2)
       outcomes = Array.new(FAILING) { upload(s, 2 * 1024 * 1024) }
       # Each stored body is freed as soon as its request is over, not when

@@ -50,7 +50,7 @@ impl Shared {
         };
         let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
         Shared {
-            spool_gate: SpoolGate::new(opts.max_spooled_uploads),
+            spool_gate: SpoolGate::with_dir(opts.max_spooled_uploads, opts.upload_dir.clone()),
             timed_out: TimedOut::default(),
             seq: AtomicU64::new(1),
             max_connections,
