@@ -1,5 +1,9 @@
 # make run   build and serve examples/demo on http://127.0.0.1:9292
 # make test  build, then run the Rust and Ruby test suites
+# make chaos  fault tests: workers killed and frozen, app errors, clients
+#             vanishing, a full upload disk, descriptors running out
+# make soak   a million mixed requests in cluster mode; RSS, fds, threads
+# make fuzz   libFuzzer targets over request parsing and response heads
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +22,14 @@ BENCH_BIN := lib/tsubame/tsubame-bench
 
 RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
-.PHONY: deps build run test bench bench-cluster gem
+CHAOS_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/chaos/*_chaos.rb"].sort.each { |f| require File.expand_path(f) }'
+
+# Seconds each fuzz target runs in `make fuzz` (FUZZ_SECONDS=600 make fuzz).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := request chunked response connection
+FUZZ_DIR := crates/tsubame-engine/fuzz
+
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster gem
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -62,6 +73,24 @@ test: deps build
 	cargo test -p tsubame-engine -p tsubame-bench --release || status=1; \
 	$(RUBY_TESTS) || status=1; \
 	exit $$status
+
+# Not part of `make test`: these kill processes, mount a tmpfs (as root;
+# skipped otherwise) and take a few minutes.
+chaos: deps build
+	$(CHAOS_TESTS)
+
+soak: deps build
+	ruby -w -Ilib test/soak/soak.rb
+
+# cargo-fuzz needs the nightly toolchain; it is installed here when missing.
+# Each target runs FUZZ_SECONDS; a crash stops the run with the input saved
+# under $(FUZZ_DIR)/artifacts/.
+fuzz: deps
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+	cd $(FUZZ_DIR) && for target in $(FUZZ_TARGETS); do \
+	  cargo +nightly fuzz run "$$target" -O -- -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 || exit 1; \
+	done
 
 bench: deps build
 	benchmarks/hello.sh

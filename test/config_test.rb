@@ -16,6 +16,7 @@ class ConfigTest < Minitest::Test
     io_threads: 1,
     max_body_size: nil,
     spool_threshold: 262_144,
+    upload_dir: nil,
     max_uri_size: 12_288,
     max_header_size: 114_688,
     max_headers: 100,
@@ -150,6 +151,7 @@ class ConfigTest < Minitest::Test
       force_shutdown_after 12
       log_requests
       spool_threshold 1024
+      upload_dir "/tmp"
       max_uri_size 4096
       max_header_size 8192
       max_headers 50
@@ -170,7 +172,7 @@ class ConfigTest < Minitest::Test
     assert_equal(
       {
         binds: ["tcp://127.0.0.1:4000"], backlog: 2048, threads_min: 1, threads_max: 16,
-        io_threads: 2, max_body_size: 10_000, spool_threshold: 1024, max_uri_size: 4096,
+        io_threads: 2, max_body_size: 10_000, spool_threshold: 1024, upload_dir: "/tmp", max_uri_size: 4096,
         max_header_size: 8192, max_headers: 50, first_data_timeout: 7.0, persistent_timeout: 5.0,
         body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
@@ -380,6 +382,9 @@ class ConfigTest < Minitest::Test
     options = Tsubame::Options.new
     assert_config_error(/max_body_size must be a non-negative integer or nil/) { options[:max_body_size] = -1 }
     assert_config_error(/spool_threshold must be a non-negative integer/) { options[:spool_threshold] = -5 }
+    assert_config_error(/upload_dir must be an existing, writable directory \(got "\/nonexistent-tsubame"\)/) do
+      options[:upload_dir] = "/nonexistent-tsubame"
+    end
     assert_config_error(/drain_timeout must be a non-negative number of seconds/) { options[:drain_timeout] = -0.5 }
     assert_config_error(/persistent_timeout must be a non-negative number of seconds/) do
       options[:persistent_timeout] = Float::INFINITY

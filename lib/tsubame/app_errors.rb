@@ -12,6 +12,14 @@ module Tsubame
     def initialize(handler, log)
       @handler = handler
       @log = log
+      @count = 0
+      @count_lock = Mutex.new
+    end
+
+    # Errors the app raised (from call, from the body's each or close, from
+    # a response_finished callback), for the stats: each is also logged.
+    def count
+      @count_lock.synchronize { @count }
     end
 
     # Returns the status sent, or nil if nothing could be sent.
@@ -32,6 +40,7 @@ module Tsubame
     end
 
     def log(error, env, context = nil)
+      @count_lock.synchronize { @count += 1 }
       where = context ? " #{context}" : ""
       backtrace = (error.backtrace || []).map { |line| "  #{line}" }.join("\n")
       log_line("error#{where} handling #{describe(env)}: #{error.class}: #{error.message}\n#{backtrace}")

@@ -63,6 +63,10 @@ module Tsubame
       @stopping = nil
       @exit_status = 0
       @boot_failures = 0
+      # Serving workers that died unexpectedly, and workers the master
+      # killed (hung, stuck, not booting, not stopping), for the stats.
+      @worker_deaths = 0
+      @worker_kills = 0
       @respawn_at = 0.0
       @phased_restart = false
       @all_booted = false
@@ -115,6 +119,8 @@ module Tsubame
         "mode" => "cluster",
         "master_pid" => @master_pid,
         "workers_wanted" => @wanted,
+        "worker_deaths" => @worker_deaths,
+        "worker_kills" => @worker_kills,
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }
     end
@@ -324,6 +330,7 @@ module Tsubame
       if worker.stopping?
         @log.info("- #{worker.describe} stopped (#{worker.stop_reason}): #{how}")
       elsif worker.booted?
+        @worker_deaths += 1
         @log.error("! #{worker.describe} died: #{how}#{"; starting a replacement" unless @stopping}")
       else
         boot_failed(worker, how)
@@ -376,7 +383,9 @@ module Tsubame
 
     def check_workers
       @workers.each do |worker|
-        next if worker.adopted?
+        # Already sent SIGKILL: it dies and is reaped within a moment, and
+        # must not be killed (and logged, and counted) again meanwhile.
+        next if worker.adopted? || worker.killed?
 
         if worker.stopping?
           kill(worker, "did not stop in time") if monotonic > worker.stop_deadline
@@ -389,7 +398,9 @@ module Tsubame
           recycle_if_due(worker)
         end
       end
-      @workers.each { |w| kill(w, "did not stop in time") if w.adopted? && w.stopping? && monotonic > w.stop_deadline }
+      @workers.each do |w|
+        kill(w, "did not stop in time") if w.adopted? && !w.killed? && w.stopping? && monotonic > w.stop_deadline
+      end
     end
 
     def boot_timeout
@@ -397,8 +408,10 @@ module Tsubame
     end
 
     def kill(worker, why)
+      @worker_kills += 1
       @log.error("! #{worker.describe} #{why}; killing it")
       signal(worker, "KILL")
+      worker.killed!
       # Not stopping!: a killed worker that was serving is replaced, one
       # that never booted counts as a failed boot.
     end

@@ -175,7 +175,8 @@ module Tsubame
     def print_cluster(stats)
       @stdout.puts "Tsubame #{stats.dig("versions", "tsubame") || VERSION} cluster, " \
                    "master pid #{stats["master_pid"]}, up #{uptime(stats["started_at"])}, phase #{stats["phase"]}"
-      @stdout.puts "workers: #{stats["workers"]} (#{stats["booted_workers"]} booted, #{stats["old_workers"]} old)"
+      @stdout.puts "workers: #{stats["workers"]} (#{stats["booted_workers"]} booted, #{stats["old_workers"]} old), " \
+                   "died: #{stats.fetch("worker_deaths", 0)}, killed by the master: #{stats.fetch("worker_kills", 0)}"
       columns = "%5s %8s %5s %6s %13s %9s %7s %9s %8s %s"
       @stdout.puts format(columns, "index", "pid", "phase", "booted", "last check-in", "busy/max", "backlog",
                           "requests", "rss MB", "")

@@ -124,6 +124,10 @@ module Tsubame
       set(:spool_threshold, bytes)
     end
 
+    def upload_dir(path)
+      set(:upload_dir, path)
+    end
+
     def max_uri_size(bytes)
       set(:max_uri_size, bytes)
     end

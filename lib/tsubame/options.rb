@@ -27,6 +27,7 @@ module Tsubame
       io_threads: 1,
       max_body_size: nil,
       spool_threshold: 262_144,
+      upload_dir: nil,
       max_uri_size: 12_288,
       max_header_size: 114_688,
       max_headers: 100,
@@ -81,7 +82,7 @@ module Tsubame
     # What the Rust engine receives; everything else stays on the Ruby side.
     NATIVE_KEYS = %i[
       binds backlog threads_min threads_max io_threads max_body_size
-      spool_threshold max_uri_size max_header_size max_headers
+      spool_threshold upload_dir max_uri_size max_header_size max_headers
       first_data_timeout persistent_timeout body_timeout drain_timeout
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
@@ -96,6 +97,7 @@ module Tsubame
       io_threads: :positive_integer,
       max_body_size: :optional_integer,
       spool_threshold: :integer,
+      upload_dir: :optional_directory,
       max_uri_size: :positive_integer,
       max_header_size: :positive_integer,
       max_headers: :positive_integer,
@@ -257,6 +259,7 @@ module Tsubame
       when :seconds then seconds(key, value)
       when :optional_seconds then value.nil? || value == false ? nil : positive_seconds(key, value)
       when :optional_path then value.nil? ? nil : path(key, value)
+      when :optional_directory then value.nil? ? nil : directory(key, value)
       when :boolean then boolean(key, value)
       when :string then string(key, value)
       when :optional_string then value.nil? ? nil : string(key, value)
@@ -328,6 +331,15 @@ module Tsubame
       raise ConfigError, "#{key} must start with '/' (got #{text.inspect})" unless text.start_with?("/")
 
       text
+    end
+
+    # Checked at boot, so a typo is a config error rather than a 500 for
+    # the first large upload.
+    def directory(key, value)
+      text = string(key, value)
+      return text if File.directory?(text) && File.writable?(text)
+
+      raise ConfigError, "#{key} must be an existing, writable directory (got #{text.inspect})"
     end
 
     def seconds(key, value)

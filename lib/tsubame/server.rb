@@ -140,6 +140,7 @@ module Tsubame
         "requests_count" => stats["requests_total"].to_i,
         "requests_in_flight" => max - idle,
         "connections_active" => stats["connections_active"].to_i,
+        "app_errors" => @app_errors.count,
         "engine" => stats
       }
     end
@@ -175,6 +176,7 @@ module Tsubame
 
     def handle(request, env)
       status = headers = body = error = nil
+      input = env["rack.input"]
       begin
         status, headers, body = @app.call(env)
         return if request.hijacked?
@@ -189,6 +191,9 @@ module Tsubame
       ensure
         close_body(body, env)
         finish(env, status, headers, error)
+        # After a full hijack the app may still be reading the body on
+        # its own thread; otherwise the request is over.
+        input.release unless request.hijacked?
       end
     end
 

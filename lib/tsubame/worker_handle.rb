@@ -30,6 +30,16 @@ module Tsubame
       @replacement = nil
       @replaces = nil
       @replaced = false
+      @killed = false
+    end
+
+    # The master sent it SIGKILL; it is gone once reaped.
+    def killed!
+      @killed = true
+    end
+
+    def killed?
+      @killed
     end
 
     def adopted?

@@ -6,6 +6,7 @@ use crate::error::{HttpError, ShedReason};
 use bytes::{Bytes, BytesMut};
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -40,13 +41,20 @@ impl Body {
 pub struct SpoolGate {
     active: AtomicUsize,
     max: usize,
+    /// Where the temp files go; `None` is `$TMPDIR`.
+    dir: Option<PathBuf>,
 }
 
 impl SpoolGate {
     pub fn new(max: usize) -> Arc<SpoolGate> {
+        SpoolGate::with_dir(max, None)
+    }
+
+    pub fn with_dir(max: usize, dir: Option<PathBuf>) -> Arc<SpoolGate> {
         Arc::new(SpoolGate {
             active: AtomicUsize::new(0),
             max,
+            dir,
         })
     }
 
@@ -102,7 +110,7 @@ impl BodySink {
         match expected {
             Some(n) if n > threshold => {
                 sink._permit = Some(sink.gate.enter()?);
-                sink.file = Some(spool_file()?);
+                sink.file = Some(spool_file(&sink.gate)?);
             }
             Some(n) => sink.memory.reserve(n as usize),
             None => {}
@@ -117,7 +125,7 @@ impl BodySink {
         }
         if self.file.is_none() && self.len > self.threshold {
             self._permit = Some(self.gate.enter()?);
-            let mut file = spool_file()?;
+            let mut file = spool_file(&self.gate)?;
             file.write_all(&self.memory).map_err(spool_error)?;
             self.memory = BytesMut::new();
             self.file = Some(file);
@@ -146,13 +154,17 @@ impl BodySink {
     }
 }
 
-fn spool_file() -> Result<File, HttpError> {
-    tempfile::tempfile().map_err(spool_error)
+fn spool_file(gate: &SpoolGate) -> Result<File, HttpError> {
+    match &gate.dir {
+        Some(dir) => tempfile::tempfile_in(dir),
+        None => tempfile::tempfile(),
+    }
+    .map_err(spool_error)
 }
 
 fn spool_error(err: std::io::Error) -> HttpError {
     crate::log::error(&format!("cannot spool request body to disk: {err}"));
-    HttpError::Internal("request body could not be stored")
+    HttpError::SpoolFailed
 }
 
 #[cfg(test)]
@@ -194,6 +206,20 @@ mod tests {
         drop(first);
         assert_eq!(gate.active(), 0);
         assert!(BodySink::new(Some(100), 10, None, &gate).is_ok());
+    }
+
+    #[test]
+    fn bodies_spool_into_the_upload_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = SpoolGate::with_dir(1, Some(dir.path().to_path_buf()));
+        let missing = SpoolGate::with_dir(1, Some(dir.path().join("gone")));
+        let mut sink = BodySink::new(Some(100), 10, None, &gate).unwrap();
+        sink.push(&[b'x'; 100]).unwrap();
+        assert!(matches!(sink.finish().unwrap(), Body::File { len: 100, .. }));
+        assert_eq!(
+            BodySink::new(Some(100), 10, None, &missing).err(),
+            Some(HttpError::SpoolFailed)
+        );
     }
 
     #[test]

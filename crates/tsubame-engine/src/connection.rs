@@ -73,7 +73,15 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     loop {
         let head = match read_head(&mut io, &mut buf, &shared, served).await {
             Ok(Some(head)) => head,
-            Ok(None) | Err(ReadError::Io) => return,
+            Ok(None) => return,
+            Err(ReadError::Io) => {
+                // Bytes of a head were read: a request was cut short, not
+                // an idle connection reset.
+                if !buf.is_empty() {
+                    Stats::bump(&shared.stats.client_disconnects);
+                }
+                return;
+            }
             Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
         };
         served += 1;
@@ -94,7 +102,10 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         }
         let body = match read_body(&mut io, &mut buf, &head, &shared).await {
             Ok(body) => body,
-            Err(ReadError::Io) => return,
+            Err(ReadError::Io) => {
+                Stats::bump(&shared.stats.client_disconnects);
+                return;
+            }
             Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
         };
         if let Some(probe) = health::answer(&head, &shared) {
@@ -285,6 +296,7 @@ async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error
             log::warn(&format!("503 {} from {}", reason.as_str(), conn.peer_addr));
         }
         HttpError::RequestTimeout => Stats::bump(&shared.stats.read_timeouts),
+        HttpError::SpoolFailed => Stats::bump(&shared.stats.spool_errors),
         _ => Stats::bump(&shared.stats.rejected_total),
     }
     if shared.opts.log_requests && !matches!(error, HttpError::Unavailable(_)) {

@@ -31,6 +31,8 @@ pub enum HttpError {
     VersionNotSupported,
     ExpectationFailed,
     Internal(&'static str),
+    /// A request body could not be stored (disk full, out of descriptors).
+    SpoolFailed,
     Unavailable(ShedReason),
 }
 
@@ -75,7 +77,7 @@ impl HttpError {
             HttpError::UriTooLong => 414,
             HttpError::ExpectationFailed => 417,
             HttpError::HeadersTooLarge => 431,
-            HttpError::Internal(_) => 500,
+            HttpError::Internal(_) | HttpError::SpoolFailed => 500,
             HttpError::NotImplemented(_) => 501,
             HttpError::VersionNotSupported => 505,
             HttpError::Unavailable(_) => 503,
@@ -93,6 +95,7 @@ impl HttpError {
             HttpError::HeadersTooLarge => "request header block is too large",
             HttpError::VersionNotSupported => "HTTP version not supported",
             HttpError::ExpectationFailed => "unsupported Expect value",
+            HttpError::SpoolFailed => "request body could not be stored",
             HttpError::Unavailable(reason) => reason.detail(),
         }
     }

@@ -11,6 +11,8 @@ pub mod chunked;
 pub mod connection;
 pub mod date;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod health;
 pub mod histogram;
 pub mod job;

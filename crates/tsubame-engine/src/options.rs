@@ -16,6 +16,9 @@ pub struct EngineOptions {
     pub max_body_size: Option<u64>,
     /// Bodies larger than this go to an unlinked temp file instead of memory.
     pub spool_threshold: u64,
+    /// Where spooled bodies go; `None` is the system's temp directory
+    /// (`$TMPDIR`).
+    pub upload_dir: Option<std::path::PathBuf>,
     pub max_uri_size: usize,
     pub max_header_size: usize,
     pub max_headers: usize,
@@ -62,6 +65,7 @@ impl Default for EngineOptions {
             threads_max: 5,
             max_body_size: None,
             spool_threshold: 256 * 1024,
+            upload_dir: None,
             max_uri_size: 12 * 1024,
             max_header_size: 112 * 1024,
             max_headers: 100,

@@ -38,6 +38,9 @@ pub struct ResponseHead {
     status: u16,
     content_length: Option<u64>,
     app_transfer_encoding: bool,
+    /// The app's last transfer coding is chunked, so a client finds the
+    /// body's end; any other coding ends the body with the connection.
+    app_chunked: bool,
     app_close: bool,
     app_connection: Option<Vec<u8>>,
     has_date: bool,
@@ -70,6 +73,7 @@ impl ResponseHead {
             status,
             content_length: None,
             app_transfer_encoding: false,
+            app_chunked: false,
             app_close: false,
             app_connection: None,
             has_date: false,
@@ -85,15 +89,20 @@ impl ResponseHead {
     }
 
     /// Adds one header. A value holding newlines becomes one header line per
-    /// part (Rack 2's way of sending several values); CR and NUL are refused
-    /// so a value can never start a new header or response.
+    /// part (Rack 2's way of sending several values). Other control bytes
+    /// (CR, NUL, DEL, anything below space but tab) are refused: CR could
+    /// start a new header or response, and the rest make strict clients and
+    /// proxies reject the whole response (RFC 9110 §5.5).
     pub fn header(&mut self, name: &[u8], value: &[u8]) -> Result<(), ResponseError> {
         if name.is_empty() || !name.iter().all(|&b| is_token_byte(b)) {
             return Err(ResponseError::InvalidHeaderName(
                 String::from_utf8_lossy(name).into_owned(),
             ));
         }
-        if value.iter().any(|&b| b == b'\r' || b == 0) {
+        if value
+            .iter()
+            .any(|&b| (b < b' ' && b != b'\t' && b != b'\n') || b == 0x7f)
+        {
             return Err(ResponseError::InvalidHeaderValue(
                 String::from_utf8_lossy(name).into_owned(),
             ));
@@ -107,14 +116,22 @@ impl ResponseHead {
             return Ok(());
         }
         if name.eq_ignore_ascii_case(b"connection") {
+            // Several values (one per line) are one comma-separated list:
+            // this header goes out as a single line of our own.
+            let value: Vec<u8> = value.iter().map(|&b| if b == b'\n' { b',' } else { b }).collect();
             self.app_close |= value
                 .split(|&b| b == b',')
                 .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
-            self.app_connection = Some(value.to_vec());
+            self.app_connection = Some(value);
             return Ok(());
         }
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
             self.app_transfer_encoding = true;
+            self.app_chunked = value
+                .split(|&b| b == b',' || b == b'\n')
+                .map(<[u8]>::trim_ascii)
+                .rfind(|t| !t.is_empty())
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"chunked"));
         } else if name.eq_ignore_ascii_case(b"date") {
             self.has_date = true;
         }
@@ -148,6 +165,13 @@ impl ResponseHead {
         self.buf.extend_from_slice(b"\r\n");
     }
 
+    /// Found by the response fuzz target: a Transfer-Encoding the app set
+    /// whose last coding is not chunked leaves the body's end to the close,
+    /// so the connection cannot be kept.
+    fn app_allows_keep_alive(&self) -> bool {
+        !self.app_close && (!self.app_transfer_encoding || self.app_chunked)
+    }
+
     fn push_content_length(&mut self, len: u64) {
         let mut digits = itoa::Buffer::new();
         self.buf.extend_from_slice(b"content-length: ");
@@ -162,9 +186,13 @@ impl ResponseHead {
     /// body is not looked at, so without a claim no length is sent (a made-up
     /// 0 would misstate what GET sends, RFC 9110 §8.6).
     pub fn finish_full(mut self, body_len: u64, is_head: bool, keep_alive: bool, version: Version) -> FinishedHead {
-        let keep_alive = keep_alive && !self.app_close;
+        let keep_alive = keep_alive && self.app_allows_keep_alive();
         let send_body = !is_head && !status_has_no_body(self.status);
-        if self.status == 304 {
+        if self.app_transfer_encoding {
+            // The app frames the body itself; a Content-Length beside its
+            // Transfer-Encoding would let a client or proxy pick either
+            // (RFC 9112 §6.2), so none is sent.
+        } else if self.status == 304 {
             if let Some(len) = self.content_length {
                 self.push_content_length(len);
             }
@@ -185,9 +213,12 @@ impl ResponseHead {
 
     /// Finishes a head for a body produced piece by piece.
     pub fn finish_stream(mut self, is_head: bool, keep_alive: bool, version: Version) -> FinishedHead {
-        let mut keep_alive = keep_alive && !self.app_close;
+        let mut keep_alive = keep_alive && self.app_allows_keep_alive();
         let send_body = !is_head && !status_has_no_body(self.status);
-        let framing = if let Some(len) = self.content_length.filter(|_| !status_has_no_body(self.status)) {
+        let declared = self
+            .content_length
+            .filter(|_| !status_has_no_body(self.status) && !self.app_transfer_encoding);
+        let framing = if let Some(len) = declared {
             self.push_content_length(len);
             StreamFraming::Raw {
                 declared_len: Some(len),
@@ -292,6 +323,7 @@ fn unreachable_status() -> ResponseHead {
         status: 500,
         content_length: None,
         app_transfer_encoding: false,
+        app_chunked: false,
         app_close: false,
         app_connection: None,
         has_date: false,
@@ -422,6 +454,12 @@ mod tests {
         assert!(t.contains("set-cookie: a=1\r\nset-cookie: b=2\r\n"));
         let mut head = ResponseHead::new(200).unwrap();
         assert!(head.header(b"x", b"a\r\nInjected: 1").is_err());
+        // Found by the response fuzz target: control bytes made a head that
+        // strict clients refuse whole.
+        for bad in [&b"a\x06b"[..], b"\x01", b"a\x7f", b"\x1b[31m"] {
+            assert!(head.header(b"x", bad).is_err(), "{bad:?}");
+        }
+        assert!(head.header(b"x", b"tab\tand obs-text \xe9").is_ok());
         assert!(head.header(b"bad name", b"v").is_err());
         assert!(ResponseHead::new(99).is_err());
         assert!(ResponseHead::new(1000).is_err());
@@ -452,6 +490,46 @@ mod tests {
         let done = head.finish_full(0, false, true, Version::Http11);
         assert!(!done.keep_alive);
         assert!(text(&done).contains("connection: close\r\n"));
+    }
+
+    #[test]
+    fn the_apps_transfer_encoding_wins_over_its_content_length() {
+        // Found by the response fuzz target: both headers went out.
+        for stream in [false, true] {
+            let mut head = ResponseHead::new(200).unwrap();
+            head.header(b"transfer-encoding", b"chunked").unwrap();
+            head.header(b"content-length", b"81").unwrap();
+            let done = if stream {
+                head.finish_stream(false, true, Version::Http11)
+            } else {
+                head.finish_full(5, false, true, Version::Http11)
+            };
+            let t = text(&done);
+            assert!(!t.contains("content-length"), "{t}");
+            assert!(done.keep_alive);
+            assert_eq!(done.framing, StreamFraming::Raw { declared_len: None });
+        }
+    }
+
+    #[test]
+    fn a_transfer_coding_not_ending_in_chunked_closes_the_connection() {
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"transfer-encoding", b"chunked, gzip").unwrap();
+        let done = head.finish_stream(false, true, Version::Http11);
+        assert!(!done.keep_alive);
+        assert!(text(&done).contains("connection: close\r\n"));
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"transfer-encoding", b"gzip\nchunked").unwrap();
+        assert!(head.finish_full(0, false, true, Version::Http11).keep_alive);
+    }
+
+    #[test]
+    fn a_multi_line_connection_value_stays_on_one_line() {
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"connection", b"upgrade\nx-other").unwrap();
+        let t = text(&head.finish_full(0, false, true, Version::Http11));
+        assert!(t.contains("connection: upgrade,x-other\r\n"), "{t}");
+        assert!(!t.replace("\r\n", "").contains('\n'), "{t:?}");
     }
 
     #[test]

@@ -42,6 +42,29 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    pub(crate) fn new(opts: EngineOptions) -> Shared {
+        let limits = Limits {
+            max_uri_size: opts.max_uri_size,
+            max_header_size: opts.max_header_size,
+            max_headers: opts.max_headers,
+        };
+        let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
+        Shared {
+            spool_gate: SpoolGate::with_dir(opts.max_spooled_uploads, opts.upload_dir.clone()),
+            timed_out: TimedOut::default(),
+            seq: AtomicU64::new(1),
+            max_connections,
+            queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
+            opts,
+            limits,
+            stats: Stats::default(),
+            stopping: AtomicBool::new(false),
+            stop_notify: Notify::new(),
+            conn_closed: Notify::new(),
+            nudger: Notify::new(),
+        }
+    }
+
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
@@ -94,27 +117,8 @@ impl Engine {
             listeners.extend(BindSpec::parse(uri)?.bind(opts.backlog)?);
         }
         let addresses = listeners.iter().map(|b| b.address.clone()).collect();
-        let limits = Limits {
-            max_uri_size: opts.max_uri_size,
-            max_header_size: opts.max_header_size,
-            max_headers: opts.max_headers,
-        };
-        let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
         Ok(Engine {
-            shared: Arc::new(Shared {
-                spool_gate: SpoolGate::new(opts.max_spooled_uploads),
-                timed_out: TimedOut::default(),
-                seq: AtomicU64::new(1),
-                max_connections,
-                queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
-                opts,
-                limits,
-                stats: Stats::default(),
-                stopping: AtomicBool::new(false),
-                stop_notify: Notify::new(),
-                conn_closed: Notify::new(),
-                nudger: Notify::new(),
-            }),
+            shared: Arc::new(Shared::new(opts)),
             listeners: Mutex::new(listeners),
             addresses,
             runtime: Mutex::new(None),
@@ -347,7 +351,8 @@ fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
 
 /// Out of descriptors or memory: pause accepting briefly instead of
 /// spinning on an error that will repeat at once.
-async fn accept_failed(err: std::io::Error) {
+async fn accept_failed(err: std::io::Error, shared: &Shared) {
+    Stats::bump(&shared.stats.accept_errors);
     log::error(&format!("accept failed: {err}"));
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
@@ -368,7 +373,7 @@ async fn accept_tcp(listener: Acceptor<std::net::TcpListener>, info: Arc<Listene
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
                     spawn_connection(stream, conn, &shared);
                 }
-                Err(err) => accept_failed(err).await,
+                Err(err) => accept_failed(err, &shared).await,
             }
         }
     }
@@ -393,7 +398,7 @@ async fn accept_unix(
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
                     spawn_connection(stream, conn, &shared);
                 }
-                Err(err) => accept_failed(err).await,
+                Err(err) => accept_failed(err, &shared).await,
             }
         }
     }

@@ -12,7 +12,15 @@ pub struct Stats {
     pub rejected_total: AtomicU64,
     /// 408s: a head or body that did not arrive in time.
     pub read_timeouts: AtomicU64,
+    /// Clients that went away with a request half sent or a response half
+    /// written.
     pub client_disconnects: AtomicU64,
+    /// Request bodies that could not be written to disk (disk full, no
+    /// descriptors); each was answered 500.
+    pub spool_errors: AtomicU64,
+    /// accept() failures (out of descriptors, out of memory); the client
+    /// stays in the backlog until a later accept succeeds.
+    pub accept_errors: AtomicU64,
     pub shed_queue_full: AtomicU64,
     pub shed_queue_timeout: AtomicU64,
     pub shed_request_timeout: AtomicU64,
@@ -31,6 +39,8 @@ pub struct StatsSnapshot {
     pub rejected_total: u64,
     pub read_timeouts: u64,
     pub client_disconnects: u64,
+    pub spool_errors: u64,
+    pub accept_errors: u64,
     pub shed_queue_full: u64,
     pub shed_queue_timeout: u64,
     pub shed_request_timeout: u64,
@@ -64,6 +74,8 @@ impl Stats {
             rejected_total: get(&self.rejected_total),
             read_timeouts: get(&self.read_timeouts),
             client_disconnects: get(&self.client_disconnects),
+            spool_errors: get(&self.spool_errors),
+            accept_errors: get(&self.accept_errors),
             shed_queue_full: get(&self.shed_queue_full),
             shed_queue_timeout: get(&self.shed_queue_timeout),
             shed_request_timeout: get(&self.shed_request_timeout),

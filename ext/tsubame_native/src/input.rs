@@ -107,4 +107,15 @@ impl Input {
     /// Rack 3 lets servers ignore close on the input; the memory or file
     /// is released when the object is collected.
     pub fn close(&self) {}
+
+    /// Drops the body once its request is answered (the server calls it,
+    /// never the app): a spooled body's temp file holds disk space and a
+    /// descriptor, and waiting for the GC to collect this object would
+    /// let a burst of uploads fill the disk or run out of descriptors.
+    /// Reads after this see an empty body.
+    pub fn release(&self) {
+        if let Ok(mut source) = self.source.try_borrow_mut() {
+            *source = Box::new(Cursor::new(Bytes::new()));
+        }
+    }
 }

@@ -60,5 +60,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     input.define_method("rewind", method!(input::Input::rewind, 0))?;
     input.define_method("size", method!(input::Input::size, 0))?;
     input.define_method("close", method!(input::Input::close, 0))?;
+    input.define_method("release", method!(input::Input::release, 0))?;
     Ok(())
 }

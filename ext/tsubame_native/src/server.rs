@@ -30,6 +30,7 @@ const OPTION_KEYS: &[&str] = &[
     "threads_max",
     "max_body_size",
     "spool_threshold",
+    "upload_dir",
     "max_uri_size",
     "max_header_size",
     "max_headers",
@@ -121,6 +122,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         threads_max: r.get("threads_max")?.unwrap_or(d.threads_max),
         max_body_size: r.get("max_body_size")?,
         spool_threshold: r.get("spool_threshold")?.unwrap_or(d.spool_threshold),
+        upload_dir: r.get::<String>("upload_dir")?.map(std::path::PathBuf::from),
         max_uri_size: r.get("max_uri_size")?.unwrap_or(d.max_uri_size),
         max_header_size: r.get("max_header_size")?.unwrap_or(d.max_header_size),
         max_headers: r.get("max_headers")?.unwrap_or(d.max_headers),
@@ -232,6 +234,8 @@ impl Server {
         hash.aset("rejected_total", s.rejected_total)?;
         hash.aset("read_timeouts", s.read_timeouts)?;
         hash.aset("client_disconnects", s.client_disconnects)?;
+        hash.aset("spool_errors", s.spool_errors)?;
+        hash.aset("accept_errors", s.accept_errors)?;
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;
