@@ -13,6 +13,7 @@ require "tsubame/stream"
 require "tsubame/app_errors"
 require "tsubame/listeners"
 require "tsubame/request_timeouts"
+require "tsubame/fiber_loop"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -41,6 +42,7 @@ module Tsubame
       @busy_accept_delay = busy_accept_delay
       @native = nil
       @threads = []
+      @fiber_loops = []
       @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
@@ -74,7 +76,8 @@ module Tsubame
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
-      @timeouts.start(@threads)
+      @fiber_loops = start_fiber_loops
+      @timeouts.start(@threads, @fiber_loops)
       self
     end
 
@@ -146,9 +149,20 @@ module Tsubame
 
     private
 
+    # Fiber mode (docs/FIBERS.md): threads running the requests the engine
+    # routes to fibers, next to the thread pool.
+    def start_fiber_loops
+      return [] unless @options[:fiber_scheduler]
+
+      handle = ->(request) { handle(request, request.env(@base_env)) }
+      Array.new(@options[:fiber_threads]) do |index|
+        FiberLoop.new(@native, index, handle, @app_errors.method(:log_line)).start
+      end
+    end
+
     def join_threads
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + THREAD_GRACE
-      @threads.each do |thread|
+      (@threads + @fiber_loops.map(&:thread)).each do |thread|
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         thread.join([left, 0].max) || thread.kill
       end

@@ -7,6 +7,8 @@ use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo};
 use crate::error::BindError;
 use crate::error::ShedReason;
+use crate::fiber_queue::FiberQueue;
+use crate::fiber_route::{FiberRoutes, PatternError};
 use crate::job::{ConnInfo, ListenerInfo};
 use crate::log;
 use crate::options::EngineOptions;
@@ -28,6 +30,10 @@ pub(crate) struct Shared {
     pub opts: EngineOptions,
     pub limits: Limits,
     pub queue: Arc<JobQueue>,
+    /// Requests for the fiber loops; `routes` is `Some` in fiber mode only,
+    /// so the thread-pool path pays one branch for it.
+    pub fibers: Arc<FiberQueue>,
+    pub routes: Option<FiberRoutes>,
     pub stats: Stats,
     stopping: AtomicBool,
     pub stop_notify: Notify,
@@ -100,6 +106,11 @@ impl Engine {
             max_headers: opts.max_headers,
         };
         let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
+        let routes = if opts.fiber_scheduler {
+            Some(FiberRoutes::compile(&opts.fiber_paths).map_err(config_error)?)
+        } else {
+            None
+        };
         Ok(Engine {
             shared: Arc::new(Shared {
                 spool_gate: SpoolGate::new(opts.max_spooled_uploads),
@@ -107,6 +118,8 @@ impl Engine {
                 seq: AtomicU64::new(1),
                 max_connections,
                 queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
+                fibers: Arc::new(FiberQueue::new(opts.max_fibers)),
+                routes,
                 opts,
                 limits,
                 stats: Stats::default(),
@@ -129,6 +142,10 @@ impl Engine {
 
     pub fn queue(&self) -> &Arc<JobQueue> {
         &self.shared.queue
+    }
+
+    pub fn fibers(&self) -> &Arc<FiberQueue> {
+        &self.shared.fibers
     }
 
     /// Requests that passed their deadline while a thread ran them.
@@ -205,6 +222,7 @@ impl Engine {
         let started = self.lock_lifecycle().started;
         if !started {
             self.shared.queue.close();
+            self.shared.fibers.close();
             self.finish(StopOutcome::Drained);
         }
     }
@@ -233,7 +251,7 @@ impl Engine {
             // happened before this waiter was registered.
             let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
             if tokio::time::timeout(tick, &mut closed).await.is_err() && tokio::time::Instant::now() >= deadline {
-                let queued = shared.queue.close_and_take().len();
+                let queued = shared.queue.close_and_take().len() + shared.fibers.close_and_take().len();
                 break StopOutcome::TimedOut {
                     connections: open,
                     queued,
@@ -241,6 +259,7 @@ impl Engine {
             }
         };
         shared.queue.close();
+        shared.fibers.close();
         shared.timed_out.close();
         if let StopOutcome::TimedOut { connections, queued } = outcome {
             log::warn(&format!(
@@ -313,15 +332,30 @@ async fn watch_queue(shared: Arc<Shared>) {
         loop {
             tokio::time::sleep(WATCH_INTERVAL).await;
             if let Some(limit) = shared.opts.queue_timeout {
-                for job in shared.queue.expire(limit) {
+                for job in shared
+                    .queue
+                    .expire(limit)
+                    .into_iter()
+                    .chain(shared.fibers.expire(limit))
+                {
                     let _ = job.reply.send(Reply::Shed(ShedReason::QueueTimeout));
                 }
             }
             match shared.queue.nudge(taken) {
                 Some(now) => taken = now,
+                None if !shared.fibers.is_empty() => {}
                 None => break,
             }
         }
+    }
+}
+
+/// A `fiber_paths` pattern the `regex` crate cannot take is a
+/// configuration mistake, reported before anything is served.
+fn config_error(e: PatternError) -> BindError {
+    BindError::Invalid {
+        uri: "fiber_paths".to_string(),
+        reason: e.to_string(),
     }
 }
 

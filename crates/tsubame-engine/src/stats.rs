@@ -18,6 +18,7 @@ pub struct Stats {
     pub shed_request_timeout: AtomicU64,
     pub shed_connections: AtomicU64,
     pub shed_uploads: AtomicU64,
+    pub shed_fibers: AtomicU64,
     /// Threads still running a request after its timeout and grace period,
     /// as reported by the Ruby side.
     pub stuck_threads: AtomicU64,
@@ -36,6 +37,7 @@ pub struct StatsSnapshot {
     pub shed_request_timeout: u64,
     pub shed_connections: u64,
     pub shed_uploads: u64,
+    pub shed_fibers: u64,
     pub stuck_threads: u64,
     pub backlog: u64,
 }
@@ -52,6 +54,7 @@ impl Stats {
             ShedReason::RequestTimeout => &self.shed_request_timeout,
             ShedReason::Connections => &self.shed_connections,
             ShedReason::Uploads => &self.shed_uploads,
+            ShedReason::FiberLimit => &self.shed_fibers,
         });
     }
 
@@ -69,6 +72,7 @@ impl Stats {
             shed_request_timeout: get(&self.shed_request_timeout),
             shed_connections: get(&self.shed_connections),
             shed_uploads: get(&self.shed_uploads),
+            shed_fibers: get(&self.shed_fibers),
             stuck_threads: get(&self.stuck_threads),
             backlog: backlog as u64,
         }
@@ -82,5 +86,6 @@ impl StatsSnapshot {
             + self.shed_request_timeout
             + self.shed_connections
             + self.shed_uploads
+            + self.shed_fibers
     }
 }

@@ -7,6 +7,7 @@ mod input;
 mod listeners;
 mod rack_env;
 mod request;
+mod selector;
 mod server;
 mod stream;
 
@@ -25,6 +26,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
+    native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
@@ -36,6 +38,16 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
+    server.define_method("next_fiber_request", method!(server::Server::next_fiber_request, 0))?;
+    server.define_method("fiber_finished", method!(server::Server::fiber_finished, 0))?;
+
+    let selector = native.define_class("Selector", ruby.class_object())?;
+    selector.define_singleton_method("new", function!(selector::Selector::new, 0))?;
+    selector.define_method("watch", method!(selector::Selector::watch, 2))?;
+    selector.define_method("unwatch", method!(selector::Selector::unwatch, 1))?;
+    selector.define_method("select", method!(selector::Selector::select, 1))?;
+    selector.define_method("wakeup", method!(selector::Selector::wakeup, 0))?;
+    selector.define_method("attach", method!(selector::Selector::attach, 1))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;

@@ -1,0 +1,382 @@
+# frozen_string_literal: true
+
+require "socket"
+require "tsubame/fiber_timers"
+
+module Tsubame
+  # The Fiber::Scheduler (Ruby 3.1 interface) of a fiber loop thread. Each
+  # request runs in its own non-blocking fiber; whenever the app would
+  # block (a socket read, sleep, a contended Mutex, a Queue pop, DNS, a
+  # child process) Ruby calls one of the hooks below, which parks the fiber
+  # and switches back to the loop. The loop waits in a Native::Selector
+  # (epoll, GVL released) for the descriptors parked fibers wait on, the
+  # next timer, and the selector's eventfd, which other threads and the
+  # engine's fiber queue use to wake it.
+  #
+  # Fibers switch with Fiber#transfer, never resume/yield: a hook may run
+  # inside a fiber the app resumed itself (an Enumerator's), and transfer
+  # returns straight to the loop without disturbing that pairing.
+  class FiberScheduler
+    # One parked fiber. `resume` only queues it; a waiter is resumed at
+    # most once, and one that left its hook (an exception raised into the
+    # fiber) is skipped when its queued resume comes up.
+    class Waiter
+      attr_reader :fiber
+      attr_accessor :done, :gone
+
+      def initialize(fiber)
+        @fiber = fiber
+        @done = false
+        @gone = false
+      end
+    end
+
+    # Blocking work run off the loop (getaddrinfo); a few threads, started
+    # as needed, so a thousand fibers resolving at once cost no thousand
+    # threads.
+    HELPER_THREADS = 4
+
+    attr_reader :fibers_alive
+
+    def initialize(selector, log: nil)
+      @selector = selector
+      @log = log
+      @thread = Thread.current
+      @root = Fiber.current
+      @ready = []
+      @remote = Thread::Queue.new
+      @timers = FiberTimers.new
+      @io = {}
+      @blocked = {}
+      @fibers_alive = 0
+      @helpers = []
+      @helper_jobs = Thread::Queue.new
+      @closed = false
+    end
+
+    # Runs the loop on this thread (its root fiber) until `intake` returns
+    # false (no more work will come) and every fiber has finished. `intake`
+    # is called each turn to start new fibers; it must not block.
+    def run(intake = nil)
+      accepting = !intake.nil?
+      loop do
+        accepting = intake.call if accepting
+        run_ready
+        take_remote
+        @timers.fire
+        break if !accepting && @fibers_alive.zero? && @ready.empty? && @remote.empty?
+
+        wait_for_events
+      end
+    end
+
+    # Starts `block` in a new non-blocking fiber on the next loop turn.
+    def spawn(&block)
+      fiber(&block)
+    end
+
+    # Raises `exception` in `fiber` from any thread: the loop thread raises
+    # it when the fiber is parked (Fiber#raise needs it suspended).
+    def raise_in(fiber, exception)
+      enqueue_remote([:raise, fiber, exception])
+    end
+
+    # --- Fiber::Scheduler hooks (Ruby 3.1) ---
+
+    # IO#wait_readable, IO#wait_writable, and every Ruby-level read or
+    # write that would block. Returns the ready events, or false on timeout.
+    def io_wait(io, events, timeout)
+      fd = io.fileno
+      waiter = Waiter.new(Fiber.current)
+      watch(fd, waiter, events)
+      timer = @timers.after(timeout) { resume(waiter, false) } if timeout
+      park(waiter)
+    ensure
+      timer&.cancel
+      unwatch(fd, waiter) if waiter
+    end
+
+    # Reads at least `length` bytes (at least once when 0) into `buffer`
+    # (an IO::Buffer) without blocking the loop; returns the bytes read, or
+    # -errno. Ruby calls it when its own read buffer is empty, so the read
+    # goes straight to the descriptor, through an unbuffered IO on it.
+    def io_read(io, buffer, length)
+      raw = raw_io(io)
+      offset = 0
+      loop do
+        chunk = raw.read_nonblock(buffer.size - offset, exception: false)
+        case chunk
+        when :wait_readable then io_wait(io, IO::READABLE, nil)
+        when nil then break
+        else
+          buffer.set_string(chunk, offset)
+          offset += chunk.bytesize
+          break if offset >= length || offset >= buffer.size
+        end
+      end
+      offset
+    rescue SystemCallError => e
+      -e.errno
+    end
+
+    # Writes at least `length` bytes of `buffer`; returns the bytes written
+    # or -errno.
+    def io_write(io, buffer, length)
+      raw = raw_io(io)
+      offset = 0
+      while offset < length
+        written = raw.write_nonblock(buffer.get_string(offset, length - offset), exception: false)
+        if written == :wait_writable
+          io_wait(io, IO::WRITABLE, nil)
+        else
+          offset += written
+        end
+      end
+      offset
+    rescue SystemCallError => e
+      -e.errno
+    end
+
+    # Kernel#sleep; nil sleeps until woken (unblock).
+    def kernel_sleep(duration = nil)
+      waiter = Waiter.new(Fiber.current)
+      @blocked[waiter.fiber] = waiter
+      timer = @timers.after(duration) { resume(waiter, true) } if duration
+      park(waiter)
+      true
+    ensure
+      timer&.cancel
+      @blocked.delete(waiter.fiber) if waiter
+    end
+
+    # Mutex, ConditionVariable, Queue, SizedQueue, Thread#join: parks the
+    # fiber until `unblock` (true) or the timeout (false).
+    def block(_blocker, timeout = nil)
+      waiter = Waiter.new(Fiber.current)
+      @blocked[waiter.fiber] = waiter
+      timer = @timers.after(timeout) { resume(waiter, false) } if timeout
+      park(waiter)
+    ensure
+      timer&.cancel
+      @blocked.delete(waiter.fiber) if waiter
+    end
+
+    # May be called from any thread (a thread pool request pushing to a
+    # Queue a fiber waits on); must not block.
+    def unblock(_blocker, fiber)
+      if Thread.current.equal?(@thread)
+        waiter = @blocked[fiber]
+        resume(waiter, true) if waiter
+      else
+        enqueue_remote([:unblock, fiber])
+      end
+    end
+
+    # Socket.getaddrinfo, TCPSocket.new, Addrinfo.getaddrinfo, Net::HTTP:
+    # getaddrinfo(3) blocks in C, so it runs on a helper thread while the
+    # fiber is parked. Returns the addresses as strings.
+    def address_resolve(hostname)
+      # An IPv6 zone ("fe80::1%eth0") is not part of the name to resolve.
+      name = hostname.sub(/%.*\z/, "")
+      off_loop { Addrinfo.getaddrinfo(name, nil, nil, :STREAM).map(&:ip_address).uniq }
+    rescue SocketError
+      []
+    end
+
+    # Timeout.timeout: raises `exception_class` in this fiber if `block`
+    # has not finished within `duration` seconds.
+    def timeout_after(duration, exception_class, *exception_arguments)
+      fiber = Fiber.current
+      timer = @timers.after(duration) do
+        fiber.raise(exception_class, *exception_arguments) if fiber.alive?
+      rescue FiberError => e
+        @log&.call("timeout could not interrupt a fiber: #{e.message}")
+      end
+      yield duration
+    ensure
+      timer&.cancel
+    end
+
+    # Process.wait, IO.popen's close, `system`, backticks: waitpid blocks,
+    # so a thread of its own waits (a child may run for long; the DNS
+    # helpers are not held by it).
+    def process_wait(pid, flags)
+      off_loop(dedicated: true) { Process::Status.wait(pid, flags) }
+    end
+
+    # Fiber.schedule: the new fiber starts on the next loop turn.
+    def fiber(**options, &block)
+      fiber = Fiber.new(blocking: false, **options) do
+        block.call
+      ensure
+        @fibers_alive -= 1
+      end
+      @fibers_alive += 1
+      @ready << [Waiter.new(fiber), nil]
+      fiber
+    end
+
+    # Called by Ruby when the scheduler is replaced or its thread ends:
+    # lets every fiber still alive finish, then stops the helpers.
+    def close
+      return if @closed
+
+      @closed = true
+      run if Fiber.current.equal?(@root) && @fibers_alive.positive?
+      @helpers.size.times { @helper_jobs << nil }
+      @helpers.each(&:join)
+    end
+
+    def closed?
+      @closed
+    end
+
+    private
+
+    # Parks the current fiber until its waiter is resumed; returns the
+    # value it was resumed with.
+    def park(waiter)
+      @root.transfer
+    ensure
+      waiter.gone = true
+    end
+
+    def resume(waiter, value)
+      return if waiter.done
+
+      waiter.done = true
+      @ready << [waiter, value]
+    end
+
+    def run_ready
+      until @ready.empty?
+        batch = @ready
+        @ready = []
+        batch.each do |waiter, value|
+          next if waiter.gone || !waiter.fiber.alive?
+
+          switch { waiter.fiber.transfer(value) }
+        end
+      end
+    end
+
+    # An exception a fiber did not handle ends up here, on the loop: it is
+    # the fiber's failure, logged, and the loop goes on.
+    def switch
+      yield
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      @log&.call("fiber failed: #{e.class}: #{e.message}")
+    end
+
+    def enqueue_remote(message)
+      @remote << message
+      @selector.wakeup
+    end
+
+    def take_remote
+      until @remote.empty?
+        kind, target, argument = @remote.pop(true)
+        case kind
+        when :unblock
+          waiter = @blocked[target]
+          resume(waiter, true) if waiter
+        when :resume
+          resume(target, argument)
+        when :raise
+          switch { target.raise(argument) } if target.alive?
+        end
+      end
+      run_ready
+    rescue ThreadError
+      nil
+    end
+
+    def wait_for_events
+      timeout = @ready.empty? && @remote.empty? ? @timers.wait_interval : 0
+      ready = @selector.select(timeout)
+      index = 0
+      while index < ready.size
+        dispatch(ready[index], ready[index + 1])
+        index += 2
+      end
+    end
+
+    def dispatch(fd, events)
+      waiters = @io[fd]
+      return unless waiters
+
+      waiters.each do |waiter, wanted|
+        got = wanted & events
+        resume(waiter, got) unless got.zero?
+      end
+      # Waiters still registered need a fresh edge: re-arming reports
+      # readiness that is already there.
+      rearm(fd)
+    end
+
+    def watch(fd, waiter, events)
+      (@io[fd] ||= {})[waiter] = events
+      rearm(fd)
+    end
+
+    def unwatch(fd, waiter)
+      waiters = @io[fd]
+      return unless waiters
+
+      waiters.delete(waiter)
+      rearm(fd)
+    end
+
+    def rearm(fd)
+      waiters = @io[fd]
+      live = waiters.reject { |waiter, _| waiter.done }
+      if live.empty?
+        @io.delete(fd) if waiters.empty?
+        @selector.unwatch(fd)
+      else
+        @selector.watch(fd, live.values.reduce(0, :|))
+      end
+    end
+
+    # An unbuffered IO on the same descriptor, for io_read/io_write: the
+    # IO Ruby hands over is in the middle of its own buffered read or
+    # write, which must not be entered again.
+    def raw_io(io)
+      IO.for_fd(io.fileno, autoclose: false)
+    end
+
+    # Runs `work` on another thread while this fiber is parked; returns its
+    # result or raises its exception here.
+    def off_loop(dedicated: false, &work)
+      waiter = Waiter.new(Fiber.current)
+      outcome = nil
+      job = lambda do
+        outcome = begin
+          [:ok, work.call]
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          [:error, e]
+        end
+        enqueue_remote([:resume, waiter, true])
+      end
+      if dedicated
+        Thread.new(&job)
+      else
+        start_helper if @helpers.size < HELPER_THREADS && @helper_jobs.num_waiting.zero?
+        @helper_jobs << job
+      end
+      park(waiter)
+      raise outcome.last if outcome.first == :error
+
+      outcome.last
+    end
+
+    def start_helper
+      @helpers << Thread.new do
+        Thread.current.name = "tsubame-fiber-helper"
+        while (job = @helper_jobs.pop)
+          job.call
+        end
+      end
+    end
+  end
+end
