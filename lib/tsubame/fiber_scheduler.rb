@@ -52,6 +52,13 @@ module Tsubame
       @helpers = []
       @helper_jobs = Thread::Queue.new
       @closed = false
+      @calls = Hash.new(0)
+    end
+
+    # How many times each hook ran on this loop (for diagnostics and the
+    # tests, which check that app code really went through the scheduler).
+    def calls
+      @calls.dup
     end
 
     # Runs the loop on this thread (its root fiber) until `intake` returns
@@ -72,7 +79,7 @@ module Tsubame
 
     # Starts `block` in a new non-blocking fiber on the next loop turn.
     def spawn(&block)
-      fiber(&block)
+      new_fiber({}, block)
     end
 
     # Raises `exception` in `fiber` from any thread: the loop thread raises
@@ -86,6 +93,7 @@ module Tsubame
     # IO#wait_readable, IO#wait_writable, and every Ruby-level read or
     # write that would block. Returns the ready events, or false on timeout.
     def io_wait(io, events, timeout)
+      @calls[:io_wait] += 1
       fd = io.fileno
       waiter = Waiter.new(Fiber.current)
       watch(fd, waiter, events)
@@ -98,47 +106,51 @@ module Tsubame
 
     # Reads at least `length` bytes (at least once when 0) into `buffer`
     # (an IO::Buffer) without blocking the loop; returns the bytes read, or
-    # -errno. Ruby calls it when its own read buffer is empty, so the read
-    # goes straight to the descriptor, through an unbuffered IO on it.
+    # -errno. Ruby calls it when its own read buffer is empty; the read is
+    # a plain read(2) (Native.fd_read), since Ruby's read_nonblock would
+    # call this hook again.
     def io_read(io, buffer, length)
-      raw = raw_io(io)
+      @calls[:io_read] += 1
+      fd = io.fileno
       offset = 0
-      loop do
-        chunk = raw.read_nonblock(buffer.size - offset, exception: false)
+      while offset < buffer.size
+        chunk = Native.fd_read(fd, buffer.size - offset)
         case chunk
-        when :wait_readable then io_wait(io, IO::READABLE, nil)
+        when false then io_wait(io, IO::READABLE, nil)
         when nil then break
+        when Integer then return offset.zero? ? chunk : offset
         else
           buffer.set_string(chunk, offset)
           offset += chunk.bytesize
-          break if offset >= length || offset >= buffer.size
+          break if offset >= length
         end
       end
       offset
-    rescue SystemCallError => e
-      -e.errno
     end
 
-    # Writes at least `length` bytes of `buffer`; returns the bytes written
-    # or -errno.
+    # Writes at least `length` bytes of `buffer` (at least once when 0);
+    # returns the bytes written or -errno.
     def io_write(io, buffer, length)
-      raw = raw_io(io)
+      @calls[:io_write] += 1
+      fd = io.fileno
       offset = 0
-      while offset < length
-        written = raw.write_nonblock(buffer.get_string(offset, length - offset), exception: false)
-        if written == :wait_writable
+      while offset < buffer.size
+        written = Native.fd_write(fd, buffer.get_string(offset))
+        if written == false
           io_wait(io, IO::WRITABLE, nil)
+        elsif written.negative?
+          return offset.zero? ? written : offset
         else
           offset += written
+          break if offset >= length
         end
       end
       offset
-    rescue SystemCallError => e
-      -e.errno
     end
 
     # Kernel#sleep; nil sleeps until woken (unblock).
     def kernel_sleep(duration = nil)
+      @calls[:kernel_sleep] += 1
       waiter = Waiter.new(Fiber.current)
       @blocked[waiter.fiber] = waiter
       timer = @timers.after(duration) { resume(waiter, true) } if duration
@@ -152,6 +164,7 @@ module Tsubame
     # Mutex, ConditionVariable, Queue, SizedQueue, Thread#join: parks the
     # fiber until `unblock` (true) or the timeout (false).
     def block(_blocker, timeout = nil)
+      @calls[:block] += 1
       waiter = Waiter.new(Fiber.current)
       @blocked[waiter.fiber] = waiter
       timer = @timers.after(timeout) { resume(waiter, false) } if timeout
@@ -164,6 +177,7 @@ module Tsubame
     # May be called from any thread (a thread pool request pushing to a
     # Queue a fiber waits on); must not block.
     def unblock(_blocker, fiber)
+      @calls[:unblock] += 1
       if Thread.current.equal?(@thread)
         waiter = @blocked[fiber]
         resume(waiter, true) if waiter
@@ -176,6 +190,7 @@ module Tsubame
     # getaddrinfo(3) blocks in C, so it runs on a helper thread while the
     # fiber is parked. Returns the addresses as strings.
     def address_resolve(hostname)
+      @calls[:address_resolve] += 1
       # An IPv6 zone ("fe80::1%eth0") is not part of the name to resolve.
       name = hostname.sub(/%.*\z/, "")
       off_loop { Addrinfo.getaddrinfo(name, nil, nil, :STREAM).map(&:ip_address).uniq }
@@ -186,6 +201,7 @@ module Tsubame
     # Timeout.timeout: raises `exception_class` in this fiber if `block`
     # has not finished within `duration` seconds.
     def timeout_after(duration, exception_class, *exception_arguments)
+      @calls[:timeout_after] += 1
       fiber = Fiber.current
       timer = @timers.after(duration) do
         fiber.raise(exception_class, *exception_arguments) if fiber.alive?
@@ -201,19 +217,14 @@ module Tsubame
     # so a thread of its own waits (a child may run for long; the DNS
     # helpers are not held by it).
     def process_wait(pid, flags)
+      @calls[:process_wait] += 1
       off_loop(dedicated: true) { Process::Status.wait(pid, flags) }
     end
 
     # Fiber.schedule: the new fiber starts on the next loop turn.
     def fiber(**options, &block)
-      fiber = Fiber.new(blocking: false, **options) do
-        block.call
-      ensure
-        @fibers_alive -= 1
-      end
-      @fibers_alive += 1
-      @ready << [Waiter.new(fiber), nil]
-      fiber
+      @calls[:fiber] += 1
+      new_fiber(options, block)
     end
 
     # Called by Ruby when the scheduler is replaced or its thread ends:
@@ -232,6 +243,17 @@ module Tsubame
     end
 
     private
+
+    def new_fiber(options, block)
+      fiber = Fiber.new(blocking: false, **options) do
+        block.call
+      ensure
+        @fibers_alive -= 1
+      end
+      @fibers_alive += 1
+      @ready << [Waiter.new(fiber), nil]
+      fiber
+    end
 
     # Parks the current fiber until its waiter is resumed; returns the
     # value it was resumed with.
@@ -314,9 +336,11 @@ module Tsubame
       rearm(fd)
     end
 
+    # A descriptor epoll refuses (a regular file) never blocks: its
+    # waiter is ready at once.
     def watch(fd, waiter, events)
       (@io[fd] ||= {})[waiter] = events
-      rearm(fd)
+      rearm(fd) || resume(waiter, events)
     end
 
     def unwatch(fd, waiter)
@@ -333,16 +357,10 @@ module Tsubame
       if live.empty?
         @io.delete(fd) if waiters.empty?
         @selector.unwatch(fd)
+        true
       else
         @selector.watch(fd, live.values.reduce(0, :|))
       end
-    end
-
-    # An unbuffered IO on the same descriptor, for io_read/io_write: the
-    # IO Ruby hands over is in the middle of its own buffered read or
-    # write, which must not be entered again.
-    def raw_io(io)
-      IO.for_fd(io.fileno, autoclose: false)
     end
 
     # Runs `work` on another thread while this fiber is parked; returns its

@@ -6,6 +6,7 @@ mod ffi;
 mod input;
 mod listeners;
 mod rack_env;
+mod raw_io;
 mod request;
 mod selector;
 mod server;
@@ -27,6 +28,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
     native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
+    native.define_module_function("fd_read", function!(raw_io::fd_read, 2))?;
+    native.define_module_function("fd_write", function!(raw_io::fd_write, 2))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;

@@ -51,8 +51,9 @@ impl Selector {
     }
 
     /// Waits for `events` (IO::READABLE | IO::WRITABLE ...) on `fd`,
-    /// replacing what was asked for it before.
-    pub fn watch(ruby: &Ruby, rb_self: &Self, fd: i32, events: u32) -> Result<(), Error> {
+    /// replacing what was asked for it before. False for a descriptor
+    /// epoll cannot watch (a regular file): it never blocks, so it is ready.
+    pub fn watch(ruby: &Ruby, rb_self: &Self, fd: i32, events: u32) -> Result<bool, Error> {
         let interest = match (events & (READABLE | PRIORITY) != 0, events & WRITABLE != 0) {
             (true, true) => Interest::READABLE | Interest::WRITABLE,
             (false, true) => Interest::WRITABLE,
@@ -60,14 +61,17 @@ impl Selector {
         };
         let token = Token(usize::try_from(fd).map_err(|_| io_error(ruby, "watch", bad_fd()))?);
         let mut source = SourceFd(&fd);
-        match rb_self.registry.reregister(&mut source, token, interest) {
-            Ok(()) => Ok(()),
+        let outcome = match rb_self.registry.reregister(&mut source, token, interest) {
             // Not registered yet, or the descriptor was closed (epoll forgot
             // it) and its number reused.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => rb_self
-                .registry
-                .register(&mut source, token, interest)
-                .map_err(|e| io_error(ruby, "watch", e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                rb_self.registry.register(&mut source, token, interest)
+            }
+            other => other,
+        };
+        match outcome {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(false),
             Err(e) => Err(io_error(ruby, "watch", e)),
         }
     }
