@@ -36,6 +36,11 @@ module Tsubame
     # threads.
     HELPER_THREADS = 4
 
+    # While a long batch of ready fibers runs (200 upstream answers landing
+    # at once), new requests are still taken this often, and run first: a
+    # fast request waits for one fiber's turn, not for the whole batch.
+    INTAKE_INTERVAL = 0.002
+
     attr_reader :fibers_alive
 
     def initialize(selector, log: nil)
@@ -53,6 +58,9 @@ module Tsubame
       @helper_jobs = Thread::Queue.new
       @closed = false
       @calls = Hash.new(0)
+      @intake = nil
+      @accepting = false
+      @intake_at = 0.0
     end
 
     # How many times each hook ran on this loop (for diagnostics and the
@@ -65,13 +73,14 @@ module Tsubame
     # false (no more work will come) and every fiber has finished. `intake`
     # is called each turn to start new fibers; it must not block.
     def run(intake = nil)
-      accepting = !intake.nil?
+      @intake = intake
+      @accepting = !intake.nil?
       loop do
-        accepting = intake.call if accepting
+        take_new
         run_ready
         take_remote
         @timers.fire
-        break if !accepting && @fibers_alive.zero? && @ready.empty? && @remote.empty?
+        break if !@accepting && @fibers_alive.zero? && @ready.empty? && @remote.empty?
 
         wait_for_events
       end
@@ -193,7 +202,7 @@ module Tsubame
       @calls[:address_resolve] += 1
       # An IPv6 zone ("fe80::1%eth0") is not part of the name to resolve.
       name = hostname.sub(/%.*\z/, "")
-      off_loop { Addrinfo.getaddrinfo(name, nil, nil, :STREAM).map(&:ip_address).uniq }
+      numeric(name) || off_loop { Addrinfo.getaddrinfo(name, nil, nil, :STREAM).map(&:ip_address).uniq }
     rescue SocketError
       []
     end
@@ -274,12 +283,28 @@ module Tsubame
       until @ready.empty?
         batch = @ready
         @ready = []
-        batch.each do |waiter, value|
+        index = 0
+        while index < batch.size
+          waiter, value = batch[index]
+          index += 1
           next if waiter.gone || !waiter.fiber.alive?
 
           switch { waiter.fiber.transfer(value) }
+          next unless @accepting && FiberTimers.now - @intake_at > INTAKE_INTERVAL
+
+          take_new
+          next if @ready.empty?
+
+          batch = @ready.concat(batch.drop(index))
+          @ready = []
+          index = 0
         end
       end
+    end
+
+    def take_new
+      @intake_at = FiberTimers.now
+      @accepting = @intake.call if @accepting
     end
 
     # An exception a fiber did not handle ends up here, on the loop: it is
@@ -361,6 +386,14 @@ module Tsubame
       else
         @selector.watch(fd, live.values.reduce(0, :|))
       end
+    end
+
+    # An address literal needs no lookup (AI_NUMERICHOST never blocks), so
+    # it costs no helper thread hand-off.
+    def numeric(name)
+      Addrinfo.getaddrinfo(name, nil, nil, :STREAM, nil, Socket::AI_NUMERICHOST).map(&:ip_address).uniq
+    rescue SocketError
+      nil
     end
 
     # Runs `work` on another thread while this fiber is parked; returns its
