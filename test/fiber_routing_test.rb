@@ -78,6 +78,15 @@ class FiberRoutingTest < Minitest::Test
     end
   end
 
+  def test_the_app_declares_its_own_fiber_routes_in_its_rackup
+    app = %(Tsubame.fiber_route "/io/", %r{\\A/re/\\d+\\z}\n#{APP})
+    with_server(app, args: %w[-t 2:2]) do |server|
+      assert_equal "fiber tsubame-fiber-0", server.get("/io/x").body
+      assert_equal "fiber tsubame-fiber-0", server.get("/re/7").body
+      assert_match(/\Athread tsubame-\d\z/, server.get("/other").body)
+    end
+  end
+
   def test_a_pattern_the_engine_cannot_compile_fails_the_boot_naming_the_line
     in_tmpdir do |dir|
       path = write_file(dir, "tsubame.rb", "fiber_scheduler\nfiber_paths %r{(?<=/)io}\n")

@@ -14,6 +14,7 @@ require "tsubame/app_errors"
 require "tsubame/listeners"
 require "tsubame/request_timeouts"
 require "tsubame/fiber_loop"
+require "tsubame/fiber_routes"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -41,6 +42,7 @@ module Tsubame
       @listeners = listeners
       @busy_accept_delay = busy_accept_delay
       @native = nil
+      @fiber_mode = false
       @threads = []
       @fiber_loops = []
       @events = Thread::Queue.new
@@ -53,8 +55,9 @@ module Tsubame
     def bind
       @listeners ||= Listeners.bind(@options[:binds], @options[:backlog])
       @native ||= begin
-        native = @options.native
+        native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
+        @fiber_mode = native[:fiber_scheduler]
         Native::Server.new(native)
       end
       self
@@ -152,7 +155,7 @@ module Tsubame
     # Fiber mode (docs/FIBERS.md): threads running the requests the engine
     # routes to fibers, next to the thread pool.
     def start_fiber_loops
-      return [] unless @options[:fiber_scheduler]
+      return [] unless @fiber_mode
 
       handle = ->(request) { handle(request, request.env(@base_env)) }
       Array.new(@options[:fiber_threads]) do |index|
