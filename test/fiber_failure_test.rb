@@ -73,4 +73,15 @@ class FiberFailureTest < Minitest::Test
       assert_operator elapsed, :<, 1.0
     end
   end
+
+  def test_a_graceful_stop_lets_the_fibers_in_flight_finish
+    with_server(APP, args: %w[--fibers]) do |server|
+      load = Thread.new { concurrently(server, Array.new(20) { "/sleep" }) }
+      sleep 0.5
+      status = server.stop("TERM")
+      results, = load.value
+      assert_equal [[200, "slept"]] * 20, results.map { |r| r.first(2) }
+      assert_equal 0, status.exitstatus, server.stderr
+    end
+  end
 end

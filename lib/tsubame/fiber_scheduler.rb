@@ -242,7 +242,9 @@ module Tsubame
       return if @closed
 
       @closed = true
-      run if Fiber.current.equal?(@root) && @fibers_alive.positive?
+      # A thread being killed (a stop past its grace) must not start
+      # waiting for its fibers again.
+      run if Fiber.current.equal?(@root) && @fibers_alive.positive? && Thread.current.status != "aborting"
       @helpers.size.times { @helper_jobs << nil }
       @helpers.each(&:join)
     end
