@@ -58,6 +58,7 @@ module Tsubame
       @helper_jobs = Thread::Queue.new
       @closed = false
       @calls = Hash.new(0)
+      @room_waiters = {}
       @intake = nil
       @accepting = false
       @intake_at = 0.0
@@ -236,6 +237,22 @@ module Tsubame
       new_fiber(options, block)
     end
 
+    # Not a Ruby hook: Native::Stream#write calls it when a streamed body
+    # is ahead of its client (the engine's channel is full). The fiber is
+    # parked until the engine makes room, which wakes the selector.
+    def wait_stream_room(stream)
+      @calls[:stream_room] += 1
+      waiter = Waiter.new(Fiber.current)
+      @room_waiters[waiter] = stream
+      stream.notify_room(@selector)
+      # Room made before the waker was in place would wake no one.
+      resume(waiter, true) if stream.room?
+      park(waiter)
+    ensure
+      @room_waiters.delete(waiter) if waiter
+      stream.notify_room(nil)
+    end
+
     # Called by Ruby when the scheduler is replaced or its thread ends:
     # lets every fiber still alive finish, then stops the helpers.
     def close
@@ -343,11 +360,16 @@ module Tsubame
     def wait_for_events
       timeout = @ready.empty? && @remote.empty? ? @timers.wait_interval : 0
       ready = @selector.select(timeout)
+      check_stream_room unless @room_waiters.empty?
       index = 0
       while index < ready.size
         dispatch(ready[index], ready[index + 1])
         index += 2
       end
+    end
+
+    def check_stream_room
+      @room_waiters.each { |waiter, stream| resume(waiter, true) if stream.room? }
     end
 
     def dispatch(fd, events)

@@ -67,6 +67,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     stream.define_method("close", method!(stream::Stream::close, 0))?;
     stream.define_method("abort", method!(stream::Stream::abort, 0))?;
     stream.define_method("closed?", method!(stream::Stream::is_closed, 0))?;
+    stream.define_method("room?", method!(stream::Stream::has_room, 0))?;
+    stream.define_method("notify_room", method!(stream::Stream::notify_room, 1))?;
 
     let input = native.define_class("Input", ruby.class_object())?;
     input.define_method("read", method!(input::Input::read, -1))?;

@@ -138,12 +138,17 @@ impl Selector {
         let _ = self.waker.wake();
     }
 
+    /// A function waking this selector, for the engine to call.
+    pub fn waker(&self) -> tsubame_engine::fiber_queue::Waker {
+        let waker = self.waker.clone();
+        Arc::new(move || {
+            let _ = waker.wake();
+        })
+    }
+
     /// Wakes this selector whenever the engine queues requests for fibers.
     pub fn attach(&self, server: &Server) {
-        let waker = self.waker.clone();
-        server.fibers().add_waker(Arc::new(move || {
-            let _ = waker.wake();
-        }));
+        server.fibers().add_waker(self.waker());
     }
 }
 
