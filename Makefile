@@ -18,7 +18,7 @@ BENCH_BIN := lib/tsubame/tsubame-bench
 
 RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
-.PHONY: deps build run test bench bench-cluster gem
+.PHONY: deps build run test bench bench-cluster bench-io gem
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -68,6 +68,10 @@ bench: deps build
 
 bench-cluster: deps build
 	benchmarks/cluster.sh
+
+# Fiber mode vs threads, Puma and Thin on I/O-bound endpoints (about 4 min).
+bench-io: deps build
+	benchmarks/io_bound.sh
 
 gem:
 	gem build tsubame.gemspec
