@@ -29,7 +29,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster gem
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io gem
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -97,6 +97,10 @@ bench: deps build
 
 bench-cluster: deps build
 	benchmarks/cluster.sh
+
+# Fiber mode vs threads, Puma and Thin on I/O-bound endpoints (about 4 min).
+bench-io: deps build
+	benchmarks/io_bound.sh
 
 gem:
 	gem build tsubame.gemspec

@@ -15,4 +15,11 @@ module Tsubame
   autoload :Launcher, "tsubame/launcher"
   autoload :RackHandler, "tsubame/rack_handler"
   autoload :Server, "tsubame/server"
+  autoload :FiberRoutes, "tsubame/fiber_routes"
+
+  # Declares paths (prefixes or Regexps) the app wants run on fibers; call
+  # it from config.ru. See Tsubame::FiberRoutes and docs/FIBERS.md.
+  def self.fiber_route(*paths)
+    FiberRoutes.add(paths.flatten)
+  end
 end

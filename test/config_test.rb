@@ -35,7 +35,7 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil
+    readiness_queue_threshold: nil, fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -167,6 +167,11 @@ class ConfigTest < Minitest::Test
       health_check_path "/up"
       readiness_check_path "/ready"
       readiness_queue_threshold 3
+      fiber_scheduler
+      fiber_paths "/io/", %r{\\A/api/\\d+}i
+      fiber_paths "/more/"
+      fiber_threads 2
+      max_fibers 500
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -177,7 +182,8 @@ class ConfigTest < Minitest::Test
         body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
         max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
-        readiness_check_path: "/ready", readiness_queue_threshold: 3
+        readiness_check_path: "/ready", readiness_queue_threshold: 3,
+        fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500
       },
       options.native
     )

@@ -109,9 +109,27 @@ module Tsubame
       opts.on("--readiness-check-path PATH", "Readiness: 503 while busy or draining (default: off)") do |path|
         @options.set(:readiness_check_path, path, layer: LAYER)
       end
+      fiber_flags(opts)
       opts.on("--drain-timeout SECONDS",
               "On TERM/INT, wait this long for requests in flight (default #{defaults[:drain_timeout]})") do |s|
         @options.set(:drain_timeout, s, layer: LAYER)
+      end
+    end
+
+    # Fiber mode (docs/FIBERS.md).
+    def fiber_flags(opts)
+      defaults = Options::DEFAULTS
+      opts.on("--fibers", "Run requests on fibers under Tsubame's scheduler (all of them, or those --fiber-path picks)") do
+        @options.set(:fiber_scheduler, true, layer: LAYER)
+      end
+      opts.on("--fiber-path PREFIX", "With --fibers: only paths starting with PREFIX run on fibers (repeatable)") do |prefix|
+        @options.append(:fiber_paths, prefix, layer: LAYER)
+      end
+      opts.on("--max-fibers N", "503 past N requests queued for or running on fibers (default #{defaults[:max_fibers]})") do |n|
+        @options.set(:max_fibers, n, layer: LAYER)
+      end
+      opts.on("--fiber-threads N", "Ruby threads running fiber loops (default #{defaults[:fiber_threads]})") do |n|
+        @options.set(:fiber_threads, n, layer: LAYER)
       end
     end
 

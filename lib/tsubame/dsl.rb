@@ -171,6 +171,28 @@ module Tsubame
       set(:max_queue, count)
     end
 
+    # Fiber mode (docs/FIBERS.md): requests run in non-blocking fibers
+    # under Tsubame's scheduler instead of on the thread pool.
+    def fiber_scheduler(enabled = true)
+      set(:fiber_scheduler, enabled)
+    end
+
+    # Only these paths run on fibers (String prefixes or Regexps); the
+    # rest stays on the thread pool. Repeated directives add up.
+    def fiber_paths(*paths)
+      paths.flatten.each { |path| @options.append(:fiber_paths, path, layer: LAYER) }
+    end
+
+    def fiber_threads(count)
+      set(:fiber_threads, count)
+    end
+
+    # Requests queued for or running on fibers at once; beyond it 503
+    # (nil: no limit).
+    def max_fibers(count)
+      set(:max_fibers, count)
+    end
+
     def max_connections(count)
       set(:max_connections, count)
     end

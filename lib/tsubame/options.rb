@@ -47,6 +47,10 @@ module Tsubame
       health_check_path: nil,
       readiness_check_path: nil,
       readiness_queue_threshold: nil,
+      fiber_scheduler: false,
+      fiber_paths: [].freeze,
+      fiber_threads: 1,
+      max_fibers: 10_000,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -87,6 +91,7 @@ module Tsubame
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
+      fiber_scheduler fiber_paths fiber_threads max_fibers
     ].freeze
 
     KINDS = {
@@ -117,6 +122,10 @@ module Tsubame
       health_check_path: :optional_path,
       readiness_check_path: :optional_path,
       readiness_queue_threshold: :optional_integer,
+      fiber_scheduler: :boolean,
+      fiber_paths: :fiber_paths,
+      fiber_threads: :positive_integer,
+      max_fibers: :optional_positive_integer,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -148,7 +157,7 @@ module Tsubame
       on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings hooks].freeze
+    LIST_KINDS = %i[binds strings hooks fiber_paths].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -278,6 +287,7 @@ module Tsubame
       when :optional_control_url then value.nil? ? nil : control_url(key, value)
       when :optional_delay then value.nil? || value == false ? nil : seconds(key, value)
       when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
+      when :fiber_paths then Array(value).map { |path| fiber_path(key, path) }.freeze
       end
     end
 
@@ -287,6 +297,23 @@ module Tsubame
       raise ConfigError, "#{key} must be more than 0 seconds (got #{value.inspect})" unless number.positive?
 
       number
+    end
+
+    # A String prefix ("/io/") or a Regexp the engine's regex engine can
+    # take; a Ruby-only construct (lookaround, backreference) is refused
+    # here, where a config file error can name its line.
+    def fiber_path(key, value)
+      case value
+      when String
+        return path(key, value)
+      when Regexp
+        require "tsubame/tsubame_native"
+        problem = Native.fiber_path_error(value)
+        return value unless problem
+
+        raise ConfigError, problem
+      end
+      raise ConfigError, "#{key} entries must be path prefixes (Strings) or Regexps (got #{value.inspect})"
     end
 
     def megabytes(key, value)

@@ -18,10 +18,12 @@ module Tsubame
       @log = log
       @running = []
       @threads = []
+      @fiber_loops = []
     end
 
-    def start(threads)
+    def start(threads, fiber_loops = [])
       @threads = threads
+      @fiber_loops = fiber_loops
       @watchdog = Thread.new do
         Thread.current.name = "tsubame-timeouts"
         watch
@@ -53,12 +55,28 @@ module Tsubame
     def watch
       while (seq = @native.next_timeout)
         index = @running.index { |request| request&.seq == seq }
-        next unless index
+        next time_out_fiber(seq) unless index
 
         request = @running[index]
         @log.call("request ##{seq} passed its deadline; raising Tsubame::RequestTimeout in tsubame-#{index}")
         @threads[index].raise(RequestTimeout, "request ##{seq} passed its deadline")
         check_stuck_later(index, request, seq)
+      end
+    end
+
+    # In fiber mode the request may run on a fiber: its loop raises the
+    # timeout into that fiber alone (Fiber#raise), the loop goes on.
+    def time_out_fiber(seq)
+      fiber_loop = @fiber_loops.find { |candidate| candidate.time_out(seq) }
+      return unless fiber_loop
+
+      @log.call("request ##{seq} passed its deadline; raising Tsubame::RequestTimeout in its fiber")
+      Thread.new do
+        sleep @grace
+        if fiber_loop.running?(seq)
+          @native.report_stuck_thread
+          @log.call("the fiber running request ##{seq} is still running #{@grace}s after its timeout: fiber stuck")
+        end
       end
     end
 

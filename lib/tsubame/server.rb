@@ -13,6 +13,8 @@ require "tsubame/stream"
 require "tsubame/app_errors"
 require "tsubame/listeners"
 require "tsubame/request_timeouts"
+require "tsubame/fiber_loop"
+require "tsubame/fiber_routes"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -40,7 +42,9 @@ module Tsubame
       @listeners = listeners
       @busy_accept_delay = busy_accept_delay
       @native = nil
+      @fiber_mode = false
       @threads = []
+      @fiber_loops = []
       @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
@@ -51,8 +55,9 @@ module Tsubame
     def bind
       @listeners ||= Listeners.bind(@options[:binds], @options[:backlog])
       @native ||= begin
-        native = @options.native
+        native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
+        @fiber_mode = native[:fiber_scheduler]
         Native::Server.new(native)
       end
       self
@@ -74,7 +79,8 @@ module Tsubame
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
-      @timeouts.start(@threads)
+      @fiber_loops = start_fiber_loops
+      @timeouts.start(@threads, @fiber_loops)
       self
     end
 
@@ -147,9 +153,20 @@ module Tsubame
 
     private
 
+    # Fiber mode (docs/FIBERS.md): threads running the requests the engine
+    # routes to fibers, next to the thread pool.
+    def start_fiber_loops
+      return [] unless @fiber_mode
+
+      handle = ->(request) { handle(request, request.env(@base_env)) }
+      Array.new(@options[:fiber_threads]) do |index|
+        FiberLoop.new(@native, index, handle, @app_errors.method(:log_line)).start
+      end
+    end
+
     def join_threads
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + THREAD_GRACE
-      @threads.each do |thread|
+      (@threads + @fiber_loops.map(&:thread)).each do |thread|
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         thread.join([left, 0].max) || thread.kill
       end

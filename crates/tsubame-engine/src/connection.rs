@@ -141,8 +141,23 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             state: state.clone(),
             queued_at: received_at,
         };
-        let answer = match shared.queue.push(job) {
+        let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(&target));
+        let pushed = if to_fibers {
+            // A fiber loop is woken by the push itself; the watcher is armed
+            // only to expire jobs a stuck loop never takes.
+            shared.fibers.push(job).map(|()| {
+                if shared.opts.queue_timeout.is_some() {
+                    Pushed::NudgeLater
+                } else {
+                    Pushed::Done
+                }
+            })
+        } else {
+            shared.queue.push(job)
+        };
+        let answer = match pushed {
             Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
+            Err(PushError::Full) if to_fibers => Answer::Shed(ShedReason::FiberLimit),
             Err(PushError::Full) => Answer::Shed(ShedReason::QueueFull),
             Err(PushError::Closed) => {
                 return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await

@@ -44,6 +44,8 @@ pub enum ShedReason {
     RequestTimeout,
     Connections,
     Uploads,
+    /// `max_fibers` requests are already queued for or running on fibers.
+    FiberLimit,
 }
 
 impl ShedReason {
@@ -54,6 +56,7 @@ impl ShedReason {
             ShedReason::RequestTimeout => "request_timeout",
             ShedReason::Connections => "connection_limit",
             ShedReason::Uploads => "upload_limit",
+            ShedReason::FiberLimit => "fiber_limit",
         }
     }
 
@@ -64,6 +67,7 @@ impl ShedReason {
             ShedReason::RequestTimeout => "the application did not answer in time",
             ShedReason::Connections => "too many open connections",
             ShedReason::Uploads => "too many uploads in progress",
+            ShedReason::FiberLimit => "too many requests are running on fibers",
         }
     }
 }

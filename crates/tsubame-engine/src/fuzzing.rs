@@ -52,7 +52,7 @@ pub fn serve_in_memory(input: &[u8], write_sizes: &[usize], opts: EngineOptions)
         .enable_all()
         .start_paused(true)
         .build()?;
-    let shared = Arc::new(Shared::new(opts));
+    let shared = Arc::new(Shared::new(opts, None));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let conn = Arc::new(ConnInfo {
         peer_addr: "127.0.0.1".into(),

@@ -68,7 +68,8 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
             "{{\"status\":\"{}\",\"busy_threads\":{},\"max_threads\":{},\"queue_depth\":{},",
             "\"connections\":{},\"workers\":0,\"draining\":{},\"requests_total\":{},",
             "\"timed_out\":{},\"stuck_threads\":{},\"read_timeouts\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
-            "\"request_timeout\":{},\"connection_limit\":{},\"upload_limit\":{}}},",
+            "\"request_timeout\":{},\"connection_limit\":{},\"upload_limit\":{},\"fiber_limit\":{}}},",
+            "\"fibers\":{{\"queued\":{},\"running\":{}}},",
             "\"queue_wait_ms\":{{\"p50\":{:.3},\"p99\":{:.3}}}}}\n"
         ),
         state,
@@ -86,6 +87,9 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         stats.shed_request_timeout,
         stats.shed_connections,
         stats.shed_uploads,
+        stats.shed_fibers,
+        shared.fibers.len(),
+        shared.fibers.running(),
         ms(0.5),
         ms(0.99),
     );

@@ -11,6 +11,8 @@ pub mod chunked;
 pub mod connection;
 pub mod date;
 pub mod error;
+pub mod fiber_queue;
+pub mod fiber_route;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod health;
@@ -28,6 +30,8 @@ pub mod stream_channel;
 pub mod timeouts;
 
 pub use error::{BindError, HttpError, ShedReason};
+pub use fiber_queue::FiberQueue;
+pub use fiber_route::{FiberPath, FiberRoutes, PatternError};
 pub use job::{ConnInfo, Job};
 pub use options::EngineOptions;
 pub use queue::{JobQueue, Pop, PushError, Pushed};

@@ -53,6 +53,13 @@ pub struct EngineOptions {
     /// Readiness fails while more requests than this wait for a thread;
     /// `None` means 0: any wait means every thread is busy.
     pub readiness_queue_threshold: Option<usize>,
+    /// Fiber mode: requests `fiber_paths` selects (all of them when it is
+    /// empty) go to the fiber queue, run by `fiber_threads` Ruby threads.
+    pub fiber_scheduler: bool,
+    pub fiber_paths: Vec<crate::fiber_route::FiberPath>,
+    pub fiber_threads: usize,
+    /// Fiber requests queued and running together; beyond it 503.
+    pub max_fibers: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -85,6 +92,10 @@ impl Default for EngineOptions {
             health_check_path: None,
             readiness_check_path: None,
             readiness_queue_threshold: None,
+            fiber_scheduler: false,
+            fiber_paths: Vec::new(),
+            fiber_threads: 1,
+            max_fibers: Some(10_000),
         }
     }
 }

@@ -260,14 +260,14 @@ impl JobQueue {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::body::Body;
     use crate::job::{ConnInfo, ListenerInfo};
     use crate::parse::{parse_head, Limits};
     use std::sync::Arc;
 
-    fn job() -> Job {
+    pub(crate) fn job() -> Job {
         let mut buf = bytes::BytesMut::from(&b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"[..]);
         let limits = Limits {
             max_uri_size: 100,

@@ -7,6 +7,8 @@ use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo};
 use crate::error::BindError;
 use crate::error::ShedReason;
+use crate::fiber_queue::FiberQueue;
+use crate::fiber_route::{FiberRoutes, PatternError};
 use crate::job::{ConnInfo, ListenerInfo};
 use crate::log;
 use crate::options::EngineOptions;
@@ -28,6 +30,10 @@ pub(crate) struct Shared {
     pub opts: EngineOptions,
     pub limits: Limits,
     pub queue: Arc<JobQueue>,
+    /// Requests for the fiber loops; `routes` is `Some` in fiber mode only,
+    /// so the thread-pool path pays one branch for it.
+    pub fibers: Arc<FiberQueue>,
+    pub routes: Option<FiberRoutes>,
     pub stats: Stats,
     stopping: AtomicBool,
     pub stop_notify: Notify,
@@ -42,7 +48,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(opts: EngineOptions) -> Shared {
+    pub(crate) fn new(opts: EngineOptions, routes: Option<FiberRoutes>) -> Shared {
         let limits = Limits {
             max_uri_size: opts.max_uri_size,
             max_header_size: opts.max_header_size,
@@ -55,6 +61,8 @@ impl Shared {
             seq: AtomicU64::new(1),
             max_connections,
             queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
+            fibers: Arc::new(FiberQueue::new(opts.max_fibers)),
+            routes,
             opts,
             limits,
             stats: Stats::default(),
@@ -117,8 +125,13 @@ impl Engine {
             listeners.extend(BindSpec::parse(uri)?.bind(opts.backlog)?);
         }
         let addresses = listeners.iter().map(|b| b.address.clone()).collect();
+        let routes = if opts.fiber_scheduler {
+            Some(FiberRoutes::compile(&opts.fiber_paths).map_err(config_error)?)
+        } else {
+            None
+        };
         Ok(Engine {
-            shared: Arc::new(Shared::new(opts)),
+            shared: Arc::new(Shared::new(opts, routes)),
             listeners: Mutex::new(listeners),
             addresses,
             runtime: Mutex::new(None),
@@ -133,6 +146,10 @@ impl Engine {
 
     pub fn queue(&self) -> &Arc<JobQueue> {
         &self.shared.queue
+    }
+
+    pub fn fibers(&self) -> &Arc<FiberQueue> {
+        &self.shared.fibers
     }
 
     /// Requests that passed their deadline while a thread ran them.
@@ -209,6 +226,7 @@ impl Engine {
         let started = self.lock_lifecycle().started;
         if !started {
             self.shared.queue.close();
+            self.shared.fibers.close();
             self.finish(StopOutcome::Drained);
         }
     }
@@ -237,7 +255,7 @@ impl Engine {
             // happened before this waiter was registered.
             let tick = (deadline - tokio::time::Instant::now()).min(Duration::from_millis(100));
             if tokio::time::timeout(tick, &mut closed).await.is_err() && tokio::time::Instant::now() >= deadline {
-                let queued = shared.queue.close_and_take().len();
+                let queued = shared.queue.close_and_take().len() + shared.fibers.close_and_take().len();
                 break StopOutcome::TimedOut {
                     connections: open,
                     queued,
@@ -245,6 +263,7 @@ impl Engine {
             }
         };
         shared.queue.close();
+        shared.fibers.close();
         shared.timed_out.close();
         if let StopOutcome::TimedOut { connections, queued } = outcome {
             log::warn(&format!(
@@ -317,15 +336,30 @@ async fn watch_queue(shared: Arc<Shared>) {
         loop {
             tokio::time::sleep(WATCH_INTERVAL).await;
             if let Some(limit) = shared.opts.queue_timeout {
-                for job in shared.queue.expire(limit) {
+                for job in shared
+                    .queue
+                    .expire(limit)
+                    .into_iter()
+                    .chain(shared.fibers.expire(limit))
+                {
                     let _ = job.reply.send(Reply::Shed(ShedReason::QueueTimeout));
                 }
             }
             match shared.queue.nudge(taken) {
                 Some(now) => taken = now,
+                None if !shared.fibers.is_empty() => {}
                 None => break,
             }
         }
+    }
+}
+
+/// A `fiber_paths` pattern the `regex` crate cannot take is a
+/// configuration mistake, reported before anything is served.
+fn config_error(e: PatternError) -> BindError {
+    BindError::Invalid {
+        uri: "fiber_paths".to_string(),
+        reason: e.to_string(),
     }
 }
 

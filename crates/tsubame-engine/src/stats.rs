@@ -26,6 +26,7 @@ pub struct Stats {
     pub shed_request_timeout: AtomicU64,
     pub shed_connections: AtomicU64,
     pub shed_uploads: AtomicU64,
+    pub shed_fibers: AtomicU64,
     /// Threads still running a request after its timeout and grace period,
     /// as reported by the Ruby side.
     pub stuck_threads: AtomicU64,
@@ -46,6 +47,7 @@ pub struct StatsSnapshot {
     pub shed_request_timeout: u64,
     pub shed_connections: u64,
     pub shed_uploads: u64,
+    pub shed_fibers: u64,
     pub stuck_threads: u64,
     pub backlog: u64,
 }
@@ -62,6 +64,7 @@ impl Stats {
             ShedReason::RequestTimeout => &self.shed_request_timeout,
             ShedReason::Connections => &self.shed_connections,
             ShedReason::Uploads => &self.shed_uploads,
+            ShedReason::FiberLimit => &self.shed_fibers,
         });
     }
 
@@ -81,6 +84,7 @@ impl Stats {
             shed_request_timeout: get(&self.shed_request_timeout),
             shed_connections: get(&self.shed_connections),
             shed_uploads: get(&self.shed_uploads),
+            shed_fibers: get(&self.shed_fibers),
             stuck_threads: get(&self.stuck_threads),
             backlog: backlog as u64,
         }
@@ -94,5 +98,6 @@ impl StatsSnapshot {
             + self.shed_request_timeout
             + self.shed_connections
             + self.shed_uploads
+            + self.shed_fibers
     }
 }

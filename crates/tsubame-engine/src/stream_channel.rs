@@ -10,11 +10,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
+use crate::fiber_queue::Waker;
+
 struct State {
     queue: VecDeque<StreamMsg>,
     queued_bytes: usize,
     sender_gone: bool,
     receiver_gone: bool,
+    /// Set while a sender on a fiber waits for room without blocking its
+    /// thread: called whenever room is made (or the receiver goes).
+    room_waker: Option<Waker>,
 }
 
 struct Shared {
@@ -56,6 +61,7 @@ pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
             queued_bytes: 0,
             sender_gone: false,
             receiver_gone: false,
+            room_waker: None,
         }),
         space: Condvar::new(),
         data: Notify::new(),
@@ -104,6 +110,13 @@ impl StreamSender {
         self.0.lock().receiver_gone
     }
 
+    /// For a sender that must not block its thread (a fiber): `waker` is
+    /// called each time room is made, until it is replaced or cleared; the
+    /// sender then checks `has_room` again.
+    pub fn set_room_waker(&self, waker: Option<Waker>) {
+        self.0.lock().room_waker = waker;
+    }
+
     /// Wakes a sender blocked in `send` so it can look at its flag.
     pub fn wake(&self) {
         drop(self.0.lock());
@@ -126,8 +139,12 @@ impl StreamReceiver {
                 let mut state = self.0.lock();
                 if let Some(msg) = state.queue.pop_front() {
                     state.queued_bytes -= msg_len(&msg);
+                    let waker = state.room_waker.clone();
                     drop(state);
                     self.0.space.notify_all();
+                    if let Some(waker) = waker {
+                        waker();
+                    }
                     return Some(msg);
                 }
                 if state.sender_gone {
@@ -143,8 +160,14 @@ impl StreamReceiver {
 
 impl Drop for StreamReceiver {
     fn drop(&mut self) {
-        self.0.lock().receiver_gone = true;
+        let mut state = self.0.lock();
+        state.receiver_gone = true;
+        let waker = state.room_waker.take();
+        drop(state);
         self.0.space.notify_all();
+        if let Some(waker) = waker {
+            waker();
+        }
     }
 }
 
@@ -173,6 +196,25 @@ mod tests {
         producer.join().unwrap();
         assert_eq!(got.len(), 400);
         assert!(got.chunks(4).enumerate().all(|(i, c)| c.iter().all(|&b| b == i as u8)));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_room_waker_hears_of_room_and_of_the_receiver_leaving() {
+        let (tx, mut rx) = stream_channel(2);
+        let flag = AtomicBool::new(false);
+        tx.send(StreamMsg::Data(Bytes::from_static(b"xx")), &flag).unwrap();
+        assert!(!tx.has_room());
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = calls.clone();
+        tx.set_room_waker(Some(Arc::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })));
+        assert!(rx.recv().await.is_some());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(tx.has_room());
+        drop(rx);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(tx.is_closed());
     }
 
     #[test]

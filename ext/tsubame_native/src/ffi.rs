@@ -105,3 +105,21 @@ pub fn hash_set(hash: RHash, key: RString, value: Value) {
         rb_sys::rb_hash_aset(hash.as_raw(), key.as_raw(), value.as_raw());
     }
 }
+
+/// read(2) into `buf`, for the fiber scheduler's `io_read` hook: Ruby's
+/// own reads would call that hook again.
+pub fn read_fd(fd: i32, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: `buf` is a writable slice we own and read(2) writes at most
+    // `buf.len()` bytes into it. `fd` is only a number to the kernel: a
+    // closed or foreign one fails with EBADF, it cannot corrupt memory.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}
+
+/// write(2) from `buf`, for the fiber scheduler's `io_write` hook.
+pub fn write_fd(fd: i32, buf: &[u8]) -> std::io::Result<usize> {
+    // SAFETY: `buf` is a readable slice of `buf.len()` bytes; write(2) only
+    // reads it. See `read_fd` about `fd`.
+    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+}

@@ -6,7 +6,9 @@ mod ffi;
 mod input;
 mod listeners;
 mod rack_env;
+mod raw_io;
 mod request;
+mod selector;
 mod server;
 mod stream;
 
@@ -25,6 +27,9 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
+    native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
+    native.define_module_function("fd_read", function!(raw_io::fd_read, 2))?;
+    native.define_module_function("fd_write", function!(raw_io::fd_write, 2))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
@@ -36,6 +41,16 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
+    server.define_method("next_fiber_request", method!(server::Server::next_fiber_request, 0))?;
+    server.define_method("fiber_finished", method!(server::Server::fiber_finished, 0))?;
+
+    let selector = native.define_class("Selector", ruby.class_object())?;
+    selector.define_singleton_method("new", function!(selector::Selector::new, 0))?;
+    selector.define_method("watch", method!(selector::Selector::watch, 2))?;
+    selector.define_method("unwatch", method!(selector::Selector::unwatch, 1))?;
+    selector.define_method("select", method!(selector::Selector::select, 1))?;
+    selector.define_method("wakeup", method!(selector::Selector::wakeup, 0))?;
+    selector.define_method("attach", method!(selector::Selector::attach, 1))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;
@@ -52,6 +67,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     stream.define_method("close", method!(stream::Stream::close, 0))?;
     stream.define_method("abort", method!(stream::Stream::abort, 0))?;
     stream.define_method("closed?", method!(stream::Stream::is_closed, 0))?;
+    stream.define_method("room?", method!(stream::Stream::has_room, 0))?;
+    stream.define_method("notify_room", method!(stream::Stream::notify_room, 1))?;
 
     let input = native.define_class("Input", ruby.class_object())?;
     input.define_method("read", method!(input::Input::read, -1))?;

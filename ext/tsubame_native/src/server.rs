@@ -3,13 +3,14 @@
 use crate::errors::bind_error;
 use crate::ffi::without_gvl;
 use crate::request::Request;
-use magnus::{prelude::*, Error, RHash, Ruby, Symbol, Value};
+use magnus::{prelude::*, Error, RArray, RHash, RString, Ruby, Symbol, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tsubame_engine::fiber_route::check_pattern;
 use tsubame_engine::server::StopOutcome;
 use tsubame_engine::timeouts::NextTimeout;
-use tsubame_engine::{Engine, EngineOptions, Pop};
+use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
 
 thread_local! {
     /// Whether this Ruby thread (1:1 with an OS thread in Ruby 3.1) took a
@@ -50,6 +51,10 @@ const OPTION_KEYS: &[&str] = &[
     "health_check_path",
     "readiness_check_path",
     "readiness_queue_threshold",
+    "fiber_scheduler",
+    "fiber_paths",
+    "fiber_threads",
+    "max_fibers",
 ];
 
 struct OptionReader<'a> {
@@ -142,7 +147,48 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         health_check_path: r.optional("health_check_path", d.health_check_path)?,
         readiness_check_path: r.optional("readiness_check_path", d.readiness_check_path)?,
         readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
+        fiber_scheduler: r.get("fiber_scheduler")?.unwrap_or(d.fiber_scheduler),
+        fiber_paths: match r.get::<RArray>("fiber_paths")? {
+            None => d.fiber_paths,
+            Some(list) => list
+                .into_iter()
+                .map(|entry| fiber_path(ruby, entry))
+                .collect::<Result<Vec<_>, _>>()?,
+        },
+        fiber_threads: r.get("fiber_threads")?.unwrap_or(d.fiber_threads),
+        max_fibers: r.optional("max_fibers", d.max_fibers)?,
     })
+}
+
+/// A `fiber_paths` entry: a String is a prefix, a Regexp a pattern.
+pub fn fiber_path(ruby: &Ruby, entry: Value) -> Result<FiberPath, Error> {
+    if let Some(prefix) = RString::from_value(entry) {
+        return Ok(FiberPath::Prefix(prefix.to_string()?));
+    }
+    if entry.is_kind_of(ruby.class_regexp()) {
+        let source: String = entry.funcall("source", ())?;
+        let options: i64 = entry.funcall("options", ())?;
+        return Ok(FiberPath::Pattern {
+            source,
+            ignore_case: options & 1 != 0,
+            extended: options & 2 != 0,
+            multiline: options & 4 != 0,
+        });
+    }
+    Err(Error::new(
+        ruby.exception_arg_error(),
+        format!(
+            "option fiber_paths: expected a String prefix or a Regexp, got {}",
+            entry.inspect()
+        ),
+    ))
+}
+
+/// nil when the `regex` crate takes this `fiber_paths` entry, else why not
+/// (for the config file check, which names the line).
+pub fn fiber_path_error(ruby: &Ruby, entry: Value) -> Result<Option<String>, Error> {
+    let path = fiber_path(ruby, entry)?;
+    Ok(check_pattern(&path).err().map(|e| e.to_string()))
 }
 
 impl Server {
@@ -154,6 +200,26 @@ impl Server {
         Ok(Server {
             engine: Arc::new(engine),
         })
+    }
+
+    pub fn fibers(&self) -> &Arc<FiberQueue> {
+        self.engine.fibers()
+    }
+
+    /// The next request routed to fibers, without blocking: nil when none
+    /// is queued, false once the server stopped and the queue is empty.
+    /// The fiber loop waits in its Selector, which the queue wakes.
+    pub fn next_fiber_request(ruby: &Ruby, rb_self: &Self) -> Value {
+        match rb_self.engine.fibers().try_pop() {
+            Pop::Job(job) => ruby.obj_wrap(Request::new(*job)).as_value(),
+            Pop::Closed => ruby.qfalse().as_value(),
+            Pop::Empty | Pop::Interrupted => ruby.qnil().as_value(),
+        }
+    }
+
+    /// A fiber finished the request it took (frees its max_fibers slot).
+    pub fn fiber_finished(&self) {
+        self.engine.fibers().finished();
     }
 
     pub fn addresses(&self) -> Vec<String> {
@@ -246,11 +312,16 @@ impl Server {
         shed.aset("request_timeout", s.shed_request_timeout)?;
         shed.aset("connection_limit", s.shed_connections)?;
         shed.aset("upload_limit", s.shed_uploads)?;
+        shed.aset("fiber_limit", s.shed_fibers)?;
         hash.aset("shed", shed)?;
         hash.aset("shed_total", s.shed_total())?;
         let ms = |q: f64| queue.wait_times().quantile(q).as_secs_f64() * 1000.0;
         hash.aset("queue_wait_p50_ms", ms(0.5))?;
         hash.aset("queue_wait_p99_ms", ms(0.99))?;
+        let fibers = rb_self.engine.fibers();
+        hash.aset("fiber_backlog", fibers.len() as u64)?;
+        hash.aset("fibers_running", fibers.running() as u64)?;
+        hash.aset("fiber_requests_total", fibers.taken())?;
         Ok(hash)
     }
 

@@ -5,8 +5,10 @@
 
 use crate::errors::client_disconnected;
 use crate::ffi::{with_bytes, without_gvl};
+use crate::selector::Selector;
 use bytes::Bytes;
-use magnus::{Error, RString, Ruby, Value};
+use magnus::typed_data::Obj;
+use magnus::{prelude::*, Error, RClass, RString, Ruby, Value};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tsubame_engine::stream_channel::{SendError, StreamSender};
@@ -24,16 +26,23 @@ impl Stream {
         }
     }
 
-    fn send(ruby: &Ruby, rb_self: &Self, msg: StreamMsg) -> Result<(), Error> {
-        let tx_ref = rb_self.tx.borrow();
-        let Some(tx) = tx_ref.as_ref() else {
-            return Err(Error::new(ruby.exception_io_error(), "stream is closed"));
-        };
+    fn send(ruby: &Ruby, obj: Obj<Self>, msg: StreamMsg) -> Result<(), Error> {
+        let rb_self: &Self = &obj;
         let mut msg = msg;
         loop {
+            let tx_ref = rb_self.tx.borrow();
+            let Some(tx) = tx_ref.as_ref() else {
+                return Err(Error::new(ruby.exception_io_error(), "stream is closed"));
+            };
             let outcome = if tx.has_room() {
                 // Fast path: no GVL release when nothing will block.
                 tx.send(msg, &AtomicBool::new(false))
+            } else if let Some(scheduler) = fiber_scheduler(ruby)? {
+                // On a fiber: park it in the scheduler until the engine
+                // makes room, instead of stalling every fiber of the loop.
+                drop(tx_ref);
+                let _: Value = scheduler.funcall("wait_stream_room", (obj,))?;
+                continue;
             } else {
                 let flag = AtomicBool::new(false);
                 let (sent, raised) = without_gvl(
@@ -57,6 +66,7 @@ impl Stream {
                     return Err(Error::new(client_disconnected(ruby), "client disconnected"));
                 }
                 Err(SendError::Interrupted(back)) => {
+                    drop(tx_ref);
                     ruby.thread_check_ints()?;
                     msg = back;
                 }
@@ -64,7 +74,20 @@ impl Stream {
         }
     }
 
-    pub fn write(ruby: &Ruby, rb_self: &Self, chunk: Value) -> Result<usize, Error> {
+    /// Whether a write would go through without waiting (or fail at once
+    /// because the client is gone).
+    pub fn has_room(&self) -> bool {
+        self.tx.borrow().as_ref().is_none_or(StreamSender::has_room)
+    }
+
+    /// Wakes `selector` whenever the engine makes room (nil: stop).
+    pub fn notify_room(&self, selector: Option<&Selector>) {
+        if let Some(tx) = self.tx.borrow().as_ref() {
+            tx.set_room_waker(selector.map(Selector::waker));
+        }
+    }
+
+    pub fn write(ruby: &Ruby, rb_self: Obj<Self>, chunk: Value) -> Result<usize, Error> {
         let chunk = RString::try_convert_str(ruby, chunk)?;
         let data = with_bytes(chunk, Bytes::copy_from_slice);
         let len = data.len();
@@ -75,7 +98,7 @@ impl Stream {
     }
 
     /// Ends the body normally (the engine writes the last chunk).
-    pub fn close(ruby: &Ruby, rb_self: &Self) -> Result<(), Error> {
+    pub fn close(ruby: &Ruby, rb_self: Obj<Self>) -> Result<(), Error> {
         if rb_self.tx.borrow().is_none() {
             return Ok(());
         }
@@ -95,6 +118,23 @@ impl Stream {
 
     pub fn is_closed(&self) -> bool {
         self.tx.borrow().as_ref().is_none_or(StreamSender::is_closed)
+    }
+}
+
+/// The Tsubame fiber scheduler running the current fiber, if it is a
+/// non-blocking one; asked only when a write would have to wait.
+fn fiber_scheduler(ruby: &Ruby) -> Result<Option<Value>, Error> {
+    let fiber: RClass = ruby.class_object().const_get("Fiber")?;
+    let current: Value = fiber.funcall("current", ())?;
+    let blocking: bool = current.funcall("blocking?", ())?;
+    if blocking {
+        return Ok(None);
+    }
+    let scheduler: Value = fiber.funcall("scheduler", ())?;
+    if !scheduler.is_nil() && scheduler.respond_to("wait_stream_room", false)? {
+        Ok(Some(scheduler))
+    } else {
+        Ok(None)
     }
 }
 
