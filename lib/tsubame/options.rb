@@ -46,6 +46,15 @@ module Tsubame
       health_check_path: nil,
       readiness_check_path: nil,
       readiness_queue_threshold: nil,
+      # TLS and HTTP/2 (docs/TLS_HTTP2.md).
+      http2: true,
+      h2c: false,
+      h2_max_concurrent_streams: 100,
+      h2_initial_window_size: 1_048_576,
+      h2_initial_connection_window_size: 4_194_304,
+      trust_forwarded_proto: false,
+      early_hints: false,
+      tls_self_signed: false,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -86,6 +95,8 @@ module Tsubame
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
+      http2 h2c h2_max_concurrent_streams h2_initial_window_size
+      h2_initial_connection_window_size trust_forwarded_proto
     ].freeze
 
     KINDS = {
@@ -115,6 +126,14 @@ module Tsubame
       health_check_path: :optional_path,
       readiness_check_path: :optional_path,
       readiness_queue_threshold: :optional_integer,
+      http2: :boolean,
+      h2c: :boolean,
+      h2_max_concurrent_streams: :positive_integer,
+      h2_initial_window_size: :window_size,
+      h2_initial_connection_window_size: :window_size,
+      trust_forwarded_proto: :boolean,
+      early_hints: :boolean,
+      tls_self_signed: :boolean,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -275,7 +294,17 @@ module Tsubame
       when :optional_control_url then value.nil? ? nil : control_url(key, value)
       when :optional_delay then value.nil? || value == false ? nil : seconds(key, value)
       when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
+      when :window_size then window_size(key, value)
       end
+    end
+
+    # HTTP/2 windows (RFC 9113 §6.9.2): at least the default 65535 here, so
+    # a setting cannot slow every stream to a crawl; at most 2^31-1.
+    def window_size(key, value)
+      number = integer(key, value, 65_535, "a whole number from 65535 to 2147483647")
+      return number if number <= 2_147_483_647
+
+      raise ConfigError, "#{key} must be a whole number from 65535 to 2147483647 (got #{value.inspect})"
     end
 
     # A timeout of zero would fire at once; "off" is not offered for these.

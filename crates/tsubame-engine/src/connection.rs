@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at};
 
-const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// How long a stopping server waits for the first request of a connection
 /// it accepted just before the stop (see `read_head`).
 const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -40,6 +40,18 @@ impl ClientIo for tokio::net::TcpStream {
         // Ruby's IO expects to manage blocking itself; hand it a plain socket.
         std.set_nonblocking(false)?;
         Ok(std.into())
+    }
+}
+
+/// Full hijack hands Ruby the raw descriptor, and on a TLS connection that
+/// would carry ciphertext: refused (the env does not offer `rack.hijack`
+/// there; partial hijack, which the engine writes, still works).
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rustls::server::TlsStream<T> {
+    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "full hijack is not available on a TLS connection",
+        ))
     }
 }
 
@@ -67,8 +79,9 @@ enum Written {
     Failed,
 }
 
-pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>) {
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+/// `buf` may already hold the start of the first request (read while
+/// looking for an HTTP/2 preface on an h2c bind).
+pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>, mut buf: BytesMut) {
     let mut served: u64 = 0;
     loop {
         let head = match read_head(&mut io, &mut buf, &shared, served).await {
@@ -130,13 +143,24 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             state: state.clone(),
             queued_at: received_at,
         };
-        let answer = match shared.queue.push(job) {
+        let mut answer = match shared.queue.push(job) {
             Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
             Err(PushError::Full) => Answer::Shed(ShedReason::QueueFull),
             Err(PushError::Closed) => {
                 return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await
             }
         };
+        while let Answer::Reply(Reply::Interim { head, next }) = answer {
+            // An HTTP/1.0 client would take a 1xx for the response itself
+            // (RFC 9110 §15.2), so it never sees one.
+            if version == crate::parse::Version::Http11
+                && !matches!(timeout(shared.opts.body_timeout, io.write_all(&head)).await, Ok(Ok(())))
+            {
+                Stats::bump(&shared.stats.client_disconnects);
+                return;
+            }
+            answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
+        }
         let reply = match answer {
             Answer::Reply(reply) => reply,
             Answer::Shed(reason) => {
@@ -192,7 +216,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     }
 }
 
-enum Answer {
+pub(crate) enum Answer {
     Reply(Reply),
     /// The engine answers 503 itself.
     Shed(ShedReason),
@@ -202,7 +226,7 @@ enum Answer {
 
 /// Waits for the application's reply, or for the request's deadline. The
 /// deadline is read again each time it passes, since the app may move it.
-async fn await_reply(
+pub(crate) async fn await_reply(
     mut reply_rx: oneshot::Receiver<Reply>,
     pushed: Pushed,
     state: &JobState,
@@ -247,7 +271,7 @@ async fn await_reply(
     }
 }
 
-fn accepts_json(head: &RequestHead) -> bool {
+pub(crate) fn accepts_json(head: &RequestHead) -> bool {
     head.headers.iter().any(|(name, value)| {
         name.eq_ignore_ascii_case(b"accept") && memchr::memmem::find(value, b"application/json").is_some()
     })
@@ -255,7 +279,7 @@ fn accepts_json(head: &RequestHead) -> bool {
 
 /// Every request the engine turns away is counted and logged: nothing
 /// disappears silently.
-fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
+pub(crate) fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
     let (method, target, peer) = request;
     shared.stats.shed(reason);
     log::warn(&format!(
@@ -267,11 +291,12 @@ fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq:
     ));
 }
 
-fn reply_status(reply: &Reply) -> u16 {
+pub(crate) fn reply_status(reply: &Reply) -> u16 {
     match reply {
         Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
         Reply::Hijack { .. } => 101,
         Reply::Shed(_) => 503,
+        Reply::Interim { .. } => 103,
     }
 }
 
@@ -449,7 +474,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             close,
             ..
         } => write_stream(io, head, chunks, framing, close, shared).await,
-        Reply::Hijack { .. } | Reply::Shed(_) => (Written::Failed, 0),
+        Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } => (Written::Failed, 0),
     }
 }
 

@@ -25,6 +25,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
+    native.define_module_function("write_self_signed", function!(listeners::write_self_signed, 2))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
@@ -36,11 +37,13 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
+    server.define_method("reload_tls", method!(server::Server::reload_tls, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;
     request.define_method("respond", method!(request::Request::respond, 3))?;
     request.define_method("call", method!(request::Request::call, 0))?;
+    request.define_method("early_hints", method!(request::Request::early_hints, 1))?;
     request.define_method("hijacked?", method!(request::Request::is_hijacked, 0))?;
     request.define_method("answered?", method!(request::Request::is_answered, 0))?;
     request.define_method("seq", method!(request::Request::seq, 0))?;
