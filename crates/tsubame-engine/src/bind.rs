@@ -424,6 +424,66 @@ mod tests {
     }
 
     #[test]
+    fn parses_tls_settings_from_the_query() {
+        let spec = BindSpec::parse("ssl://127.0.0.1:9443?cert=/a%20b.pem&key=/k.pem&ca=/ca.pem&verify_mode=force_peer")
+            .unwrap();
+        let tls = spec.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/a b.pem"));
+        assert_eq!(tls.key, PathBuf::from("/k.pem"));
+        assert_eq!(tls.ca, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(tls.verify_mode, VerifyMode::ForcePeer);
+        let spec = BindSpec::parse("fd://5?ssl=true&cert=/c&key=/k&busy_accept_delay=0.01").unwrap();
+        assert!(spec.tls.is_some());
+        assert!(BindSpec::parse("unix:///s.sock?ssl=true&cert=/c&key=/k")
+            .unwrap()
+            .tls
+            .is_some());
+        assert!(BindSpec::parse("tcp://127.0.0.1:1?h2c=true").unwrap().h2c);
+        for (uri, reason) in [
+            ("ssl://127.0.0.1:1", "needs cert=PATH and key=PATH"),
+            ("ssl://127.0.0.1:1?cert=/c", "needs cert=PATH and key=PATH"),
+            (
+                "ssl://127.0.0.1:1?cert=/c&key=/k&verify_mode=sometimes",
+                "verify_mode must be",
+            ),
+            ("ssl://127.0.0.1:1?cert_pem=x", "'cert_pem' is not supported"),
+            ("ssl://127.0.0.1:1?cert=/c&key=/k&h2c=true", "h2c is cleartext"),
+            ("tcp://127.0.0.1:1?cert=/c", "cert, key and ca are for ssl://"),
+        ] {
+            let err = BindSpec::parse(uri).unwrap_err().to_string();
+            assert!(err.starts_with(uri) && err.contains(reason), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_tls_bind_reports_an_ssl_address_and_names_a_bad_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = crate::tls::self_signed().unwrap();
+        let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert_path, cert).unwrap();
+        std::fs::write(&key_path, key).unwrap();
+        let uri = format!(
+            "ssl://127.0.0.1:0?cert={}&key={}",
+            cert_path.display(),
+            key_path.display()
+        );
+        let bound = BindSpec::parse(&uri).unwrap().bind(16).unwrap();
+        assert!(bound[0].address.starts_with("ssl://127.0.0.1:"));
+        assert!(bound[0].tls.is_some());
+        let missing = dir.path().join("missing.pem");
+        let uri = format!(
+            "ssl://127.0.0.1:0?cert={}&key={}",
+            missing.display(),
+            key_path.display()
+        );
+        let err = BindSpec::parse(&uri).unwrap().bind(16).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("cannot read certificate {}", missing.display())),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn binds_port_zero_and_reports_the_real_port() {
         let bound = BindSpec::parse("tcp://127.0.0.1:0").unwrap().bind(16).unwrap();
         assert_eq!(bound.len(), 1);

@@ -91,10 +91,14 @@ async fn serve_stream(
 ) {
     let received_at = Instant::now();
     let (parts, recv) = request.into_parts();
-    let head = match request_head(&parts, &shared) {
+    let mut head = match request_head(&parts, &shared) {
         Ok(head) => head,
         Err(e) => return refuse(&mut respond, &shared, e).await,
     };
+    if recv.is_end_stream() && head.framing == Framing::Chunked {
+        // HEADERS ended the stream: no body at all, as a GET over HTTP/1.
+        head.framing = Framing::None;
+    }
     if let (Framing::Length(len), Some(limit)) = (head.framing, shared.opts.max_body_size) {
         if len > limit {
             return refuse(&mut respond, &shared, HttpError::PayloadTooLarge).await;
