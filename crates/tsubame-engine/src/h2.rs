@@ -110,7 +110,7 @@ async fn serve_stream(
         Err(Some(e)) => return refuse(&mut respond, &shared, e).await,
     };
     if let Some(probe) = health::answer(&head, &shared) {
-        let _ = send_full(&mut respond, &probe, &shared).await;
+        let _ = send_full(&mut respond, probe.into(), &shared).await;
         return;
     }
     Stats::bump(&shared.stats.requests_total);
@@ -287,7 +287,7 @@ async fn refuse(respond: &mut SendResponse<Bytes>, shared: &Shared, error: HttpE
         _ => Stats::bump(&shared.stats.rejected_total),
     }
     let bytes = error_response(error.status(), error.detail());
-    let _ = send_full(respond, &bytes, shared).await;
+    let _ = send_full(respond, bytes.into(), shared).await;
 }
 
 /// The status line and header lines of an HTTP/1-form head as an HTTP/2
@@ -327,12 +327,12 @@ fn is_connection_specific(name: &HeaderName) -> bool {
 
 /// A head and body in one buffer. Returns the body bytes sent, or `None`
 /// when the client went away.
-async fn send_full(respond: &mut SendResponse<Bytes>, bytes: &[u8], shared: &Shared) -> Option<u64> {
-    let Some((response, body_at)) = response_parts(bytes) else {
+async fn send_full(respond: &mut SendResponse<Bytes>, bytes: Bytes, shared: &Shared) -> Option<u64> {
+    let Some((response, body_at)) = response_parts(&bytes) else {
         respond.send_reset(Reason::INTERNAL_ERROR);
         return None;
     };
-    let body = Bytes::copy_from_slice(&bytes[body_at..]);
+    let body = bytes.slice(body_at..);
     let mut stream = respond.send_response(response, body.is_empty()).ok()?;
     let len = body.len() as u64;
     if !body.is_empty() {
@@ -365,7 +365,7 @@ async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool, w
 async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &Shared) -> Option<u64> {
     let wait = shared.opts.body_timeout;
     match reply {
-        Reply::Full { data, .. } => send_full(respond, &data, shared).await,
+        Reply::Full { data, .. } => send_full(respond, data, shared).await,
         Reply::File {
             head, mut file, len, ..
         } => {
