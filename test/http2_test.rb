@@ -128,6 +128,24 @@ class Http2Test < Minitest::Test
     end
   end
 
+  def test_stream_limit_and_windows_are_advertised_as_configured
+    in_tmpdir do |dir|
+      config = write_file(dir, "h2.rb", <<~RUBY)
+        h2_max_concurrent_streams 7
+        h2_initial_window_size 131_072
+        h2_initial_connection_window_size 1_000_000
+      RUBY
+      with_server(APP, args: ["-b", ssl_bind, "-C", config]) do |server|
+        out, status = Open3.capture2e("nghttp", "-nv", "https://127.0.0.1:#{ssl_port(server)}/")
+        assert status.success?, out
+        settings = out[/recv SETTINGS frame.*?\n(?:\s+[\[(].*\n)+/] or flunk out
+        assert_includes settings, "[SETTINGS_MAX_CONCURRENT_STREAMS(0x03):7]"
+        assert_includes settings, "[SETTINGS_INITIAL_WINDOW_SIZE(0x04):131072]"
+        assert_match(/recv WINDOW_UPDATE frame <length=4, flags=0x00, stream_id=0>\n\s+\(window_size_increment=#{1_000_000 - 65_535}\)/, out)
+      end
+    end
+  end
+
   def test_h2c_prior_knowledge_and_http1_on_the_same_bind
     with_server(APP, args: ["--h2c"]) do |server|
       out, err, status = curl("--http2-prior-knowledge", "-i", "http://127.0.0.1:#{server.port}/h?c=1")

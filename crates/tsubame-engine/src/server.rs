@@ -515,9 +515,9 @@ where
 /// Reads until the first bytes are either the HTTP/2 preface or something
 /// else (then HTTP/1, with the bytes read so far handed on).
 fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
-    if at_connection_limit(shared, &conn) {
-        drop(io);
-        return;
+    if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
+        // Answered as on a plain bind: most clients here speak HTTP/1.
+        return spawn_connection(io, conn, shared);
     }
     let guard = conn_guard(shared);
     let shared = shared.clone();
