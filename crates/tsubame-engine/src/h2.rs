@@ -345,7 +345,10 @@ async fn send_full(respond: &mut SendResponse<Bytes>, bytes: Bytes, shared: &Sha
 /// so a slow reader holds the stream back instead of filling memory.
 async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool, wait: Duration) -> Option<()> {
     if data.is_empty() {
-        return end.then(|| stream.send_data(Bytes::new(), true).ok()).flatten();
+        if end {
+            stream.send_data(Bytes::new(), true).ok()?;
+        }
+        return Some(());
     }
     while !data.is_empty() {
         stream.reserve_capacity(data.len());
