@@ -159,6 +159,48 @@ class Http2Test < Minitest::Test
     end
   end
 
+  def test_limits_answer_per_stream_and_the_connection_goes_on
+    with_server(APP, args: ["-b", ssl_bind, "--max-body-size", "1000"]) do |server|
+      base = "https://localhost:#{ssl_port(server)}"
+      in_tmpdir do |dir|
+        big = write_file(dir, "big", "x" * 5000)
+        args = ["-o", File.join(dir, "a"), "-w", "%{http_code} %{num_connects}\n", "--data-binary", "@#{big}", "#{base}/up",
+                "--next", "--http2", "--cacert", certs.path("ca.pem"), "-o", File.join(dir, "b"),
+                "-w", "%{http_code} %{num_connects}\n", "#{base}/after"]
+        out, err, status = h2(*args)
+        assert status.success?, err
+        assert_equal ["413 1", "200 0"], out.lines.map(&:strip), "the 413 does not cost the connection: #{err}"
+        assert_match(/larger than the configured limit/, File.read(File.join(dir, "a")))
+        assert_equal "/after", JSON.parse(File.read(File.join(dir, "b")))["path"]
+      end
+    end
+  end
+
+  def test_a_graceful_stop_lets_open_streams_finish
+    app = <<~'RUBY'
+      run lambda { |env|
+        File.write(ENV["MARK"], "") if ENV["MARK"]
+        sleep 1
+        [200, { "content-type" => "text/plain" }, ["finished #{env["SERVER_PROTOCOL"]}"]]
+      }
+    RUBY
+    in_tmpdir do |dir|
+      mark = File.join(dir, "mark")
+      server = Tsubame::TestServer.new(app, args: ["-b", ssl_bind], env: { "MARK" => mark })
+      begin
+        client = Thread.new { h2("https://localhost:#{ssl_port(server)}/") }
+        Timeout.timeout(10) { sleep 0.01 until File.exist?(mark) }
+        status = server.stop("TERM")
+        out, err, curl_status = client.value
+        assert curl_status.success?, err
+        assert_equal "finished HTTP/2", out
+        assert_equal 0, status.exitstatus
+      ensure
+        server.kill
+      end
+    end
+  end
+
   def test_http2_can_be_turned_off_and_then_alpn_picks_http1
     with_server(APP, args: ["-b", ssl_bind, "--no-http2"]) do |server|
       out, err, status = h2("-w", "\n%{http_version}", "https://localhost:#{ssl_port(server)}/")

@@ -90,7 +90,7 @@ async fn serve_stream(
     shared: Arc<Shared>,
 ) {
     let received_at = Instant::now();
-    let (parts, recv) = request.into_parts();
+    let (parts, mut recv) = request.into_parts();
     let mut head = match request_head(&parts, &shared) {
         Ok(head) => head,
         Err(e) => return refuse(&mut respond, &shared, e).await,
@@ -101,13 +101,17 @@ async fn serve_stream(
     }
     if let (Framing::Length(len), Some(limit)) = (head.framing, shared.opts.max_body_size) {
         if len > limit {
-            return refuse(&mut respond, &shared, HttpError::PayloadTooLarge).await;
+            refuse(&mut respond, &shared, HttpError::PayloadTooLarge).await;
+            return drain(&mut recv).await;
         }
     }
-    let body = match read_body(recv, &head, &shared).await {
+    let body = match read_body(&mut recv, &head, &shared).await {
         Ok(body) => body,
         Err(None) => return,
-        Err(Some(e)) => return refuse(&mut respond, &shared, e).await,
+        Err(Some(e)) => {
+            refuse(&mut respond, &shared, e).await;
+            return drain(&mut recv).await;
+        }
     };
     if let Some(probe) = health::answer(&head, &shared) {
         let _ = send_full(&mut respond, probe.into(), &shared).await;
@@ -252,7 +256,7 @@ fn request_head(parts: &http::request::Parts, shared: &Shared) -> Result<Request
 
 /// `Err(None)`: the stream was reset or the connection lost; nobody is
 /// left to answer.
-async fn read_body(mut recv: RecvStream, head: &RequestHead, shared: &Shared) -> Result<Body, Option<HttpError>> {
+async fn read_body(recv: &mut RecvStream, head: &RequestHead, shared: &Shared) -> Result<Body, Option<HttpError>> {
     if recv.is_end_stream() {
         return Ok(Body::Empty);
     }
@@ -273,6 +277,30 @@ async fn read_body(mut recv: RecvStream, head: &RequestHead, shared: &Shared) ->
                 sink.push(&chunk)?;
                 let _ = recv.flow_control().release_capacity(chunk.len());
             }
+        }
+    }
+}
+
+/// How much of a refused body is read and thrown away (see `drain`).
+const DRAIN_BUDGET: usize = 1024 * 1024;
+
+/// After an early answer (413, 408) the client may still be sending its
+/// body. Reading a bounded amount more lets it finish the upload and read
+/// the answer; otherwise the stream is reset under it (RST_STREAM
+/// NO_ERROR), which some clients (curl 7.88) report as an error instead of
+/// showing the response.
+async fn drain(recv: &mut RecvStream) {
+    let mut budget = DRAIN_BUDGET;
+    while !recv.is_end_stream() {
+        match timeout(Duration::from_secs(1), recv.data()).await {
+            Ok(Some(Ok(chunk))) => {
+                let _ = recv.flow_control().release_capacity(chunk.len());
+                match budget.checked_sub(chunk.len()) {
+                    Some(left) => budget = left,
+                    None => return,
+                }
+            }
+            _ => return,
         }
     }
 }
