@@ -43,6 +43,44 @@ class TlsHttp1Test < Minitest::Test
     end
   end
 
+  # rustls takes a response's plaintext before the socket has taken all the
+  # records; what is left must still go out before the connection waits
+  # for the next request, or a client reading slowly never sees the end.
+  def test_large_and_streamed_responses_arrive_whole_on_a_kept_alive_connection
+    app = <<~'RUBY'
+      run lambda { |env|
+        n = env["QUERY_STRING"].to_i
+        if env["PATH_INFO"] == "/stream"
+          body = Enumerator.new { |y| n.times { |i| y << (i % 10).to_s * 100_000 } }
+          [200, { "content-type" => "text/plain" }, body]
+        else
+          [200, { "content-type" => "application/octet-stream" }, [Random.new(n).bytes(n)]]
+        end
+      }
+    RUBY
+    with_server(app, args: ["-b", ssl_bind]) do |server|
+      https(ssl_port(server)).start do |http|
+        3.times do |round|
+          size = 6_000_000 + round
+          received = +"".b
+          http.request_get("/big?#{size}") do |response|
+            response.read_body do |part|
+              received << part
+              sleep 0.001 if received.bytesize < 2_000_000 # a slow reader at first
+            end
+          end
+          expected = Random.new(size).bytes(size)
+          assert_equal [expected.bytesize, Digest::SHA256.hexdigest(expected)],
+                       [received.bytesize, Digest::SHA256.hexdigest(received)], "round #{round}"
+          streamed = http.get("/stream?30").body
+          expected = Array.new(30) { |i| (i % 10).to_s * 100_000 }.join
+          assert_equal [expected.bytesize, Digest::SHA256.hexdigest(expected)],
+                       [streamed.bytesize, Digest::SHA256.hexdigest(streamed)], "streamed, round #{round}"
+        end
+      end
+    end
+  end
+
   def test_tls_over_a_unix_socket
     in_tmpdir do |dir|
       sock = File.join(dir, "tls.sock")

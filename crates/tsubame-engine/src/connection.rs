@@ -31,7 +31,23 @@ const FILE_CHUNK: usize = 64 * 1024;
 
 /// A client socket the engine can serve and, on `rack.hijack`, give away.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Whether a finished write may still sit in a buffer until flushed
+    /// (TLS: rustls takes the plaintext before the socket has taken the
+    /// records). Plain sockets say no, so their flush is compiled out.
+    const BUFFERS_WRITES: bool = false;
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
+}
+
+/// Writes all of `bytes` and, where the stream buffers, pushes them out:
+/// after this the connection may wait on something else (the next
+/// request, the app's next chunk) without leaving bytes behind.
+async fn send<T: ClientIo>(io: &mut T, bytes: &[u8]) -> std::io::Result<()> {
+    io.write_all(bytes).await?;
+    if T::BUFFERS_WRITES {
+        io.flush().await?;
+    }
+    Ok(())
 }
 
 impl ClientIo for tokio::net::TcpStream {
@@ -47,6 +63,8 @@ impl ClientIo for tokio::net::TcpStream {
 /// would carry ciphertext: refused (the env does not offer `rack.hijack`
 /// there; partial hijack, which the engine writes, still works).
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rustls::server::TlsStream<T> {
+    const BUFFERS_WRITES: bool = true;
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
         Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
@@ -101,7 +119,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         if head.expect_continue
             && head.framing != Framing::None
             && buf.is_empty()
-            && io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+            && send(&mut io, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
         {
             return;
         }
@@ -114,7 +132,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             // Probes are answered here and never reach the queue.
             let keep = head.keep_alive && !shared.is_stopping();
             if !matches!(
-                timeout(shared.opts.body_timeout, io.write_all(&probe)).await,
+                timeout(shared.opts.body_timeout, send(&mut io, &probe)).await,
                 Ok(Ok(()))
             ) || !keep
             {
@@ -154,7 +172,10 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             // An HTTP/1.0 client would take a 1xx for the response itself
             // (RFC 9110 §15.2), so it never sees one.
             if version == crate::parse::Version::Http11
-                && !matches!(timeout(shared.opts.body_timeout, io.write_all(&head)).await, Ok(Ok(())))
+                && !matches!(
+                    timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
+                    Ok(Ok(()))
+                )
             {
                 Stats::bump(&shared.stats.client_disconnects);
                 return;
@@ -325,7 +346,7 @@ async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error
         ),
         other => error_response(other.status(), other.detail()),
     };
-    let _ = timeout(shared.opts.body_timeout, io.write_all(&bytes)).await;
+    let _ = timeout(shared.opts.body_timeout, send(io, &bytes)).await;
     let _ = io.shutdown().await;
 }
 
@@ -460,7 +481,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
     match reply {
         Reply::Full {
             data, body_len, close, ..
-        } => match timeout(write_timeout, io.write_all(&data)).await {
+        } => match timeout(write_timeout, send(io, &data)).await {
             Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
             _ => (Written::Failed, 0),
         },
@@ -487,7 +508,7 @@ async fn write_file<T: ClientIo>(
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
-    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
     let mut sent: u64 = 0;
@@ -503,7 +524,7 @@ async fn write_file<T: ClientIo>(
             }
             Ok(n) => n,
         };
-        if !matches!(timeout(write_timeout, io.write_all(&chunk[..n])).await, Ok(Ok(()))) {
+        if !matches!(timeout(write_timeout, send(io, &chunk[..n])).await, Ok(Ok(()))) {
             return (Written::Failed, sent);
         }
         sent += n as u64;
@@ -520,7 +541,7 @@ async fn write_stream<T: ClientIo>(
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
-    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
     let mut sent: u64 = 0;
@@ -538,7 +559,7 @@ async fn write_stream<T: ClientIo>(
                         timeout(write_timeout, async {
                             io.write_all(&frame).await?;
                             io.write_all(&data).await?;
-                            io.write_all(b"\r\n").await
+                            send(io, b"\r\n").await
                         })
                         .await
                     }
@@ -547,7 +568,7 @@ async fn write_stream<T: ClientIo>(
                         // would be read as the start of the next response.
                         let allowed =
                             declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
-                        timeout(write_timeout, io.write_all(&data[..allowed as usize])).await
+                        timeout(write_timeout, send(io, &data[..allowed as usize])).await
                     }
                 };
                 if !matches!(result, Ok(Ok(()))) {
@@ -557,7 +578,7 @@ async fn write_stream<T: ClientIo>(
             }
             Some(StreamMsg::End) => {
                 return match framing {
-                    StreamFraming::Chunked => match timeout(write_timeout, io.write_all(b"0\r\n\r\n")).await {
+                    StreamFraming::Chunked => match timeout(write_timeout, send(io, b"0\r\n\r\n")).await {
                         Ok(Ok(())) => (Written::KeepAlive(!close), sent),
                         _ => (Written::Failed, sent),
                     },
