@@ -7,6 +7,7 @@ mod input;
 mod listeners;
 mod rack_env;
 mod request;
+mod self_signed;
 mod server;
 mod stream;
 
@@ -25,7 +26,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
-    native.define_module_function("write_self_signed", function!(listeners::write_self_signed, 2))?;
+    native.define_module_function("write_self_signed", function!(self_signed::write_self_signed, 2))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
