@@ -4,15 +4,17 @@
 #             vanishing, a full upload disk, descriptors running out
 # make soak   a million mixed requests in cluster mode; RSS, fds, threads
 # make fuzz   libFuzzer targets over request parsing and response heads
+# make h2spec  the HTTP/2 conformance suite alone (also part of make test)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
 # rustup installs here and does not always put it on PATH for non-login shells.
-export PATH := $(HOME)/.cargo/bin:$(PATH)
+export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 
 APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
-                ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick
+                ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
+                openssl nghttp2-client
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
@@ -29,7 +31,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io gem
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -68,7 +70,7 @@ run: deps build
 
 # Both suites run even if the first fails, so one run reports everything;
 # the exit status is still non-zero if either failed.
-test: deps build
+test: deps build h2spec-install
 	@status=0; \
 	cargo test -p tsubame-engine -p tsubame-bench --release || status=1; \
 	$(RUBY_TESTS) || status=1; \
@@ -101,6 +103,23 @@ bench-cluster: deps build
 # Fiber mode vs threads, Puma and Thin on I/O-bound endpoints (about 4 min).
 bench-io: deps build
 	benchmarks/io_bound.sh
+
+bench-tls: deps build
+	benchmarks/tls.sh
+
+# h2spec is a Go program: installed into GOPATH/bin once, with go install.
+# test/http2_h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
+H2SPEC_VERSION := latest
+h2spec-install: deps
+	@command -v go >/dev/null || { echo "h2spec-install: go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
+	@gobin="$$(go env GOPATH)/bin"; \
+	if [ ! -x "$$gobin/h2spec" ] && ! command -v h2spec >/dev/null; then \
+	  echo "h2spec-install: go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION)"; \
+	  go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION); \
+	fi
+
+h2spec: build h2spec-install
+	ruby -w -Ilib -Itest test/http2_h2spec_test.rb
 
 gem:
 	gem build tsubame.gemspec

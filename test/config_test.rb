@@ -35,7 +35,13 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil, fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000
+    readiness_queue_threshold: nil, fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
+    http2: true,
+    h2c: false,
+    h2_max_concurrent_streams: 100,
+    h2_initial_window_size: 1_048_576,
+    h2_initial_connection_window_size: 4_194_304,
+    trust_forwarded_proto: false
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -172,6 +178,12 @@ class ConfigTest < Minitest::Test
       fiber_paths "/more/"
       fiber_threads 2
       max_fibers 500
+      http2 false
+      h2c
+      h2_max_concurrent_streams 10
+      h2_initial_window_size 100_000
+      h2_initial_connection_window_size 200_000
+      trust_forwarded_proto
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -183,10 +195,31 @@ class ConfigTest < Minitest::Test
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
         max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
         readiness_check_path: "/ready", readiness_queue_threshold: 3,
-        fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500
+        fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
+        http2: false, h2c: true,
+        h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
+        trust_forwarded_proto: true
       },
       options.native
     )
+  end
+
+  def test_ssl_bind_early_hints_and_self_signed
+    source = <<~'RUBY'
+      ssl_bind "127.0.0.1", 9443, cert: "/etc/tls/a b.pem", key: "/etc/tls/k&1.pem", ca: "/ca.pem", verify_mode: "peer"
+      ssl_bind "::1", "9444", { cert: "c.pem", key: "k.pem" }
+      early_hints
+      tls_self_signed
+    RUBY
+    options, = load_file(source)
+    assert_equal ["ssl://127.0.0.1:9443?cert=/etc/tls/a%20b.pem&key=/etc/tls/k%261.pem&ca=/ca.pem&verify_mode=peer",
+                  "ssl://[::1]:9444?cert=c.pem&key=k.pem"], options[:binds]
+    assert options[:early_hints]
+    assert options[:tls_self_signed]
+    refute options.native.key?(:early_hints), "early_hints is the Ruby side's (it builds the env key)"
+    assert_config_error(/h2_initial_window_size must be a whole number from 65535/) do
+      load_file("h2_initial_window_size 100\n")
+    end
   end
 
   def test_aliases

@@ -76,6 +76,25 @@ module Tsubame
       opts.on("--backlog N", "Listen queue length (default #{Options::DEFAULTS[:backlog]})") do |n|
         @options.set(:backlog, n, layer: LAYER)
       end
+      protocol_flags(opts)
+    end
+
+    def protocol_flags(opts)
+      opts.on("--tls-self-signed", "DEVELOPMENT ONLY: a generated localhost certificate for ssl:// binds without cert=") do
+        @options.set(:tls_self_signed, true, layer: LAYER)
+      end
+      opts.on("--[no-]http2", "Offer HTTP/2 by ALPN on ssl:// binds (default: on)") do |on|
+        @options.set(:http2, on, layer: LAYER)
+      end
+      opts.on("--h2c", "Cleartext HTTP/2 with prior knowledge on tcp:// and unix:// binds") do
+        @options.set(:h2c, true, layer: LAYER)
+      end
+      opts.on("--early-hints", "Offer env[\"rack.early_hints\"] (103 responses)") do
+        @options.set(:early_hints, true, layer: LAYER)
+      end
+      opts.on("--trust-forwarded-proto", "Take X-Forwarded-Proto as rack.url_scheme (only behind a proxy)") do
+        @options.set(:trust_forwarded_proto, true, layer: LAYER)
+      end
     end
 
     def tuning_flags(opts)

@@ -79,7 +79,7 @@ module Tsubame
       @master_pid = Process.pid
       print_header
       preload
-      @listeners = Listeners.bind(@options[:binds], @options[:backlog])
+      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
       previous = trap_signals
@@ -596,16 +596,18 @@ module Tsubame
 
     # HUP: reopen the stdout_redirect files, in every process; without
     # them, stop (Puma's behaviour: a hangup with nowhere to log).
+    # With TLS binds the workers also reload their certificates on HUP.
     def hangup
-      return begin_stop(:graceful) unless LogRedirect.configured?(@options)
+      tls = @options[:binds].any? { |uri| Server::TLS_BIND.match?(uri) }
+      return begin_stop(:graceful) unless LogRedirect.configured?(@options) || tls
 
       reopen_logs
     end
 
     def reopen_logs
-      LogRedirect.reopen(@options)
+      LogRedirect.reopen(@options) if LogRedirect.configured?(@options)
       @workers.each { |w| signal(w, "HUP") }
-      @log.info("- Log files reopened")
+      @log.info("- Log files reopened") if LogRedirect.configured?(@options)
     end
 
     # After the loop, or when it raised: nothing may outlive the master

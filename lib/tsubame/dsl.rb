@@ -22,7 +22,7 @@ module Tsubame
     NOT_YET = %i[
       app before_refork before_thread_exit before_thread_start
       before_worker_fork clean_thread_locals debug
-      directory drain_on_shutdown early_hints extra_runtime_dependencies
+      directory drain_on_shutdown extra_runtime_dependencies
       fork_worker io_selector_backend log_formatter max_fast_inline
       mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
       on_refork on_stopped on_thread_exit on_thread_start
@@ -30,7 +30,7 @@ module Tsubame
       prune_bundler queue_requests rack_url_scheme
       raise_exception_on_sigterm restart_command set_remote_address
       shutdown_debug silence_fork_callback_warning
-      silence_single_worker_warning ssl_bind state_permission
+      silence_single_worker_warning state_permission
       worker_culling_strategy
     ].freeze
 
@@ -68,6 +68,60 @@ module Tsubame
 
     def bind(uri)
       @options.append(:binds, uri, layer: LAYER)
+    end
+
+    # Puma's ssl_bind: the same bind as ssl://HOST:PORT?cert=...&key=...
+    # Options Tsubame cannot honour (cert_pem, key_pem, keystore, cipher
+    # filters) fail the boot naming the option rather than being dropped.
+    def ssl_bind(host, port, opts = {})
+      params = opts.map do |key, value|
+        next if value.nil?
+
+        "#{key}=#{value.to_s.gsub(/[%&\s]/) { |c| format("%%%02X", c.ord) }}"
+      end
+      host = host.to_s
+      host = "[#{host}]" if host.include?(":") && !host.start_with?("[")
+      uri = "ssl://#{host}:#{BindURI.port(port)}"
+      query = params.compact.join("&")
+      @options.append(:binds, query.empty? ? uri : "#{uri}?#{query}", layer: LAYER)
+    end
+
+    # Puma's early_hints: env["rack.early_hints"] sends 103 responses.
+    def early_hints(answer = true)
+      set(:early_hints, answer)
+    end
+
+    # HTTP/2 over TLS (ALPN h2), on by default.
+    def http2(answer = true)
+      set(:http2, answer)
+    end
+
+    # Cleartext HTTP/2 with prior knowledge on every non-TLS bind.
+    def h2c(answer = true)
+      set(:h2c, answer)
+    end
+
+    def h2_max_concurrent_streams(count)
+      set(:h2_max_concurrent_streams, count)
+    end
+
+    def h2_initial_window_size(bytes)
+      set(:h2_initial_window_size, bytes)
+    end
+
+    def h2_initial_connection_window_size(bytes)
+      set(:h2_initial_connection_window_size, bytes)
+    end
+
+    # Take X-Forwarded-Proto as the scheme: only behind a proxy that sets it.
+    def trust_forwarded_proto(answer = true)
+      set(:trust_forwarded_proto, answer)
+    end
+
+    # Development only: a certificate for localhost made at boot for the
+    # ssl:// binds that name none.
+    def tls_self_signed(answer = true)
+      set(:tls_self_signed, answer)
     end
 
     # Binds from this file replace the default anyway; this is for configs

@@ -172,10 +172,22 @@ module Tsubame
       case signal
       when "TERM", "INT" then server.stop
       when "USR2" then request_restart
-      when "HUP" then LogRedirect.configured?(@options) ? LogRedirect.reopen(@options) : server.stop
+      when "HUP" then hangup(server)
       else
         # Logging is I/O, which a trap handler should not do itself.
         Thread.new { @stderr.puts "tsubame: #{signal} needs cluster mode (workers > 0); ignored" }
+      end
+    end
+
+    # HUP reopens the stdout_redirect files; with TLS binds it also reloads
+    # the certificates (on a thread: a trap handler should do no I/O). With
+    # neither, Puma's behaviour: a hangup with nowhere to log stops.
+    def hangup(server)
+      LogRedirect.reopen(@options) if LogRedirect.configured?(@options)
+      if server.tls?
+        Thread.new { server.reload_tls(@stdout) }
+      elsif !LogRedirect.configured?(@options)
+        server.stop
       end
     end
 

@@ -41,7 +41,9 @@ module Tsubame
 
     def self.adopt(uri, fd)
       io = socket_for(fd)
-      Entry.new(uri, address_of(io), io)
+      address = address_of(io)
+      address = address.sub(%r{\Atcp://}, "ssl://") if uri.start_with?("ssl://")
+      Entry.new(uri, address, io)
     rescue SystemCallError => e
       raise BindError, "#{uri}: cannot adopt inherited descriptor #{fd}: #{e.message}"
     end
@@ -80,11 +82,20 @@ module Tsubame
       @entries.map(&:address)
     end
 
-    # What an engine is given instead of the configured binds.
+    # Bind parameters that describe the protocol rather than the socket,
+    # so they go with the descriptor to the engine.
+    PROTOCOL_KEYS = %w[ssl cert key ca verify_mode h2c no_tlsv1 no_tlsv1_1].freeze
+
+    # What an engine is given instead of the configured binds: the
+    # descriptor plus the bind's TLS settings (checked already, when the
+    # socket was bound from the full URI).
     # busy_accept_delay: see crates/tsubame-engine/src/accept.rs.
     def native_binds(busy_accept_delay: nil)
-      query = busy_accept_delay ? "?busy_accept_delay=#{Float(busy_accept_delay)}" : ""
-      @entries.map { |entry| "fd://#{entry.io.fileno}#{query}" }
+      @entries.map do |entry|
+        params = protocol_params(entry.uri)
+        params << "busy_accept_delay=#{Float(busy_accept_delay)}" if busy_accept_delay
+        "fd://#{entry.io.fileno}#{"?#{params.join("&")}" unless params.empty?}"
+      end
     end
 
     # The same sockets, for a forked worker to adopt and close.
@@ -122,6 +133,14 @@ module Tsubame
     end
 
     private
+
+    def protocol_params(uri)
+      scheme, rest = uri.split("://", 2)
+      query = rest.to_s.split("?", 2)[1].to_s
+      params = query.split("&").select { |pair| PROTOCOL_KEYS.include?(pair.split("=", 2).first) }
+      params.unshift("ssl=true") if scheme == "ssl"
+      params
+    end
 
     def unlink(address)
       path = address.delete_prefix("unix://")

@@ -51,6 +51,15 @@ module Tsubame
       fiber_paths: [].freeze,
       fiber_threads: 1,
       max_fibers: 10_000,
+      # TLS and HTTP/2 (docs/TLS_HTTP2.md).
+      http2: true,
+      h2c: false,
+      h2_max_concurrent_streams: 100,
+      h2_initial_window_size: 1_048_576,
+      h2_initial_connection_window_size: 4_194_304,
+      trust_forwarded_proto: false,
+      early_hints: false,
+      tls_self_signed: false,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -92,6 +101,8 @@ module Tsubame
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
       fiber_scheduler fiber_paths fiber_threads max_fibers
+      http2 h2c h2_max_concurrent_streams h2_initial_window_size
+      h2_initial_connection_window_size trust_forwarded_proto
     ].freeze
 
     KINDS = {
@@ -126,6 +137,14 @@ module Tsubame
       fiber_paths: :fiber_paths,
       fiber_threads: :positive_integer,
       max_fibers: :optional_positive_integer,
+      http2: :boolean,
+      h2c: :boolean,
+      h2_max_concurrent_streams: :positive_integer,
+      h2_initial_window_size: :window_size,
+      h2_initial_connection_window_size: :window_size,
+      trust_forwarded_proto: :boolean,
+      early_hints: :boolean,
+      tls_self_signed: :boolean,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -288,7 +307,17 @@ module Tsubame
       when :optional_delay then value.nil? || value == false ? nil : seconds(key, value)
       when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
       when :fiber_paths then Array(value).map { |path| fiber_path(key, path) }.freeze
+      when :window_size then window_size(key, value)
       end
+    end
+
+    # HTTP/2 windows (RFC 9113 §6.9.2): at least the default 65535 here, so
+    # a setting cannot slow every stream to a crawl; at most 2^31-1.
+    def window_size(key, value)
+      number = integer(key, value, 65_535, "a whole number from 65535 to 2147483647")
+      return number if number <= 2_147_483_647
+
+      raise ConfigError, "#{key} must be a whole number from 65535 to 2147483647 (got #{value.inspect})"
     end
 
     # A timeout of zero would fire at once; "off" is not offered for these.

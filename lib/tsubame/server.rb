@@ -12,6 +12,7 @@ require "tsubame/tsubame_native"
 require "tsubame/stream"
 require "tsubame/app_errors"
 require "tsubame/listeners"
+require "tsubame/self_signed"
 require "tsubame/request_timeouts"
 require "tsubame/fiber_loop"
 require "tsubame/fiber_routes"
@@ -28,6 +29,8 @@ module Tsubame
     # timeout) are killed. One shared deadline, so N stuck threads do not
     # cost N seconds.
     THREAD_GRACE = 1.0
+
+    TLS_BIND = %r{\Assl://|[?&]ssl=(?:true|1)(?:&|\z)}.freeze
 
     attr_reader :app, :options
 
@@ -53,7 +56,7 @@ module Tsubame
     # engine adopts duplicates of the sockets (see Listeners), so they can
     # outlive it: a hot restart hands them to the next process.
     def bind
-      @listeners ||= Listeners.bind(@options[:binds], @options[:backlog])
+      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
@@ -66,6 +69,10 @@ module Tsubame
     def listeners
       bind
       @listeners
+    end
+
+    def tls?
+      @options[:binds].any? { |uri| TLS_BIND.match?(uri) }
     end
 
     def addresses
@@ -129,6 +136,16 @@ module Tsubame
       @native.stats
     end
 
+    # HUP with TLS binds: new handshakes get the certificate and key now on
+    # disk, open connections keep theirs. A file that cannot be used is
+    # logged by name and that bind keeps its old certificate.
+    def reload_tls(log = $stdout)
+      count = @native.reload_tls
+      log.puts "- TLS certificates reloaded (#{count} bind#{"s" unless count == 1})"
+    rescue BindError => e
+      log.puts "! TLS certificate reload failed, keeping the old certificates: #{e.message}"
+    end
+
     # Puma's names for what a worker reports to the master (the "last_status"
     # of its stats), plus Tsubame's own. Threads are all started at boot, so
     # "running" (threads spawned) is the maximum.
@@ -184,9 +201,14 @@ module Tsubame
       native = @native
       base = @base_env
       timeouts = @timeouts
+      early_hints = @options[:early_hints]
       timeouts.worker do
         while (request = native.next_request)
-          timeouts.run(index, request) { handle(request, request.env(base)) }
+          timeouts.run(index, request) do
+            env = request.env(base)
+            env["rack.early_hints"] = request.method(:early_hints) if early_hints
+            handle(request, env)
+          end
         end
       end
     end

@@ -54,11 +54,17 @@ module Tsubame
       %w[TERM INT].each { |signal| trap(signal) { stop } }
       # halt: no draining, requests in flight are cut.
       trap("QUIT") { exit!(0) }
-      trap("HUP") { LogRedirect.reopen(@options) }
+      trap("HUP") { hangup }
       MASTER_SIGNALS.each { |signal| trap(signal) {} }
       # The master's handler would wake the master's loop; the app may
       # want to wait for its own children.
       trap("CHLD", "DEFAULT")
+    end
+
+    def hangup
+      LogRedirect.reopen(@options)
+      server = @server
+      Thread.new { server.reload_tls($stdout) } if server&.tls?
     end
 
     # Before the server exists (the app is still loading) there is nothing

@@ -1,5 +1,10 @@
-//! Turning `tcp://` and `unix://` bind URIs into listening sockets, and
-//! `fd://N` into a listener adopted from an inherited descriptor.
+//! Turning `tcp://`, `ssl://` and `unix://` bind URIs into listening
+//! sockets, and `fd://N` into a listener adopted from an inherited
+//! descriptor.
+//!
+//! TLS travels with the bind: `ssl://HOST:PORT?cert=PATH&key=PATH` (Puma's
+//! form), or `ssl=true&cert=...` on a `unix://` or `fd://` bind. The files
+//! are read when the bind is made, so a bad one fails the boot.
 //!
 //! `fd://N` is how cluster workers and a re-executed master (hot restart)
 //! serve sockets another process bound: the engine listens on a duplicate
@@ -9,12 +14,14 @@
 //! belongs to the process that bound it.
 
 use crate::error::BindError;
+use crate::tls::{TlsListener, TlsSettings, VerifyMode};
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::{BorrowedFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +38,9 @@ pub struct BindSpec {
     pub backlog: Option<u32>,
     /// See `accept.rs`: set on the binds of cluster workers.
     pub busy_accept_delay: Option<Duration>,
+    pub tls: Option<TlsSettings>,
+    /// Cleartext HTTP/2 with prior knowledge (`h2c=true`).
+    pub h2c: bool,
 }
 
 /// A bound, listening socket plus what the Rack env needs to know about it.
@@ -48,6 +58,8 @@ pub struct Bound {
     pub server_name: String,
     pub server_port: u16,
     pub busy_accept_delay: Option<Duration>,
+    pub tls: Option<Arc<TlsListener>>,
+    pub h2c: bool,
 }
 
 impl BindSpec {
@@ -65,9 +77,18 @@ impl BindSpec {
         };
         let mut backlog = None;
         let mut busy_accept_delay = None;
+        let mut ssl = scheme == "ssl";
+        let (mut cert, mut key_path, mut ca, mut verify_mode) = (None, None, None, VerifyMode::None);
+        let mut h2c = false;
+        let flag = |value: &str, key: &str| match value {
+            "true" | "1" | "" => Ok(true),
+            "false" | "0" => Ok(false),
+            _ => Err(invalid(&format!("{key} must be true or false"))),
+        };
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let key = name;
+            match name {
                 "backlog" => {
                     backlog = Some(
                         value
@@ -85,6 +106,23 @@ impl BindSpec {
                 }
                 // Puma accepts these on tcp binds; they change nothing here.
                 "low_latency" | "reuse_port" => {}
+                "ssl" => ssl = flag(value, key)?,
+                "h2c" => h2c = flag(value, key)?,
+                "cert" => cert = Some(PathBuf::from(percent_decode(value))),
+                "key" => key_path = Some(PathBuf::from(percent_decode(value))),
+                "ca" => ca = Some(PathBuf::from(percent_decode(value))),
+                "verify_mode" => {
+                    verify_mode = VerifyMode::parse(value)
+                        .ok_or_else(|| invalid("verify_mode must be none, peer or force_peer"))?
+                }
+                // TLS 1.0 and 1.1 are never offered (rustls speaks 1.2 and 1.3).
+                "no_tlsv1" | "no_tlsv1_1" => {}
+                "cert_pem" | "key_pem" | "keystore" | "keystore-pass" | "ssl_cipher_filter" | "ssl_ciphersuites"
+                | "verification_flags" | "ssl_ciphersuite" => {
+                    return Err(invalid(&format!(
+                        "'{key}' is not supported by Tsubame; give PEM files with cert=PATH&key=PATH"
+                    )))
+                }
                 _ => return Err(invalid(&format!("unknown bind parameter '{key}'"))),
             }
         }
@@ -103,14 +141,42 @@ impl BindSpec {
                 Ok(fd) if fd >= 0 => BindTarget::Fd(fd),
                 _ => return Err(invalid("expected fd://N with N a file descriptor number")),
             },
-            "ssl" => return Err(invalid("ssl:// binds are not supported yet")),
+            "ssl" => {
+                let (host, port) = split_host_port(location).ok_or_else(|| invalid("expected HOST:PORT"))?;
+                BindTarget::Tcp { host, port }
+            }
             other => return Err(invalid(&format!("unsupported scheme '{other}'"))),
+        };
+        let tls = if ssl {
+            let (Some(cert), Some(key)) = (cert, key_path) else {
+                return Err(invalid(
+                    "a TLS bind needs cert=PATH and key=PATH (or --tls-self-signed for development)",
+                ));
+            };
+            if h2c {
+                return Err(invalid(
+                    "h2c is cleartext HTTP/2; a TLS bind negotiates h2 by ALPN instead",
+                ));
+            }
+            Some(TlsSettings {
+                cert,
+                key,
+                ca,
+                verify_mode,
+                http2: true,
+            })
+        } else if cert.is_some() || key_path.is_some() || ca.is_some() {
+            return Err(invalid("cert, key and ca are for ssl:// binds (or ssl=true)"));
+        } else {
+            None
         };
         Ok(BindSpec {
             uri: uri.to_string(),
             target,
             backlog,
             busy_accept_delay,
+            tls,
+            h2c,
         })
     }
 
@@ -122,7 +188,17 @@ impl BindSpec {
             uri: self.uri.clone(),
             source,
         };
-        match &self.target {
+        let tls = match &self.tls {
+            Some(settings) => Some(Arc::new(TlsListener::new(settings.clone()).map_err(|e| {
+                BindError::Invalid {
+                    uri: self.uri.clone(),
+                    reason: e.0,
+                }
+            })?)),
+            None => None,
+        };
+        let (h2c, delay) = (self.h2c, self.busy_accept_delay);
+        let mut bound = match &self.target {
             BindTarget::Tcp { host, port } => {
                 let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs().map_err(io_err)?.collect();
                 if addrs.is_empty() {
@@ -139,33 +215,44 @@ impl BindSpec {
                         address: format!("tcp://{}", format_addr(&local)),
                         server_name: host.trim_start_matches('[').trim_end_matches(']').to_string(),
                         server_port: local.port(),
-                        busy_accept_delay: self.busy_accept_delay,
+                        busy_accept_delay: delay,
                         listener: Listener::Tcp(listener),
+                        tls: None,
+                        h2c,
                     });
                 }
-                Ok(bound)
+                bound
             }
             BindTarget::Unix(path) => {
                 remove_stale_socket(path).map_err(io_err)?;
                 let listener = bind_unix(path, backlog).map_err(io_err)?;
-                Ok(vec![Bound {
+                vec![Bound {
                     address: format!("unix://{}", path.display()),
                     server_name: "localhost".into(),
                     server_port: 0,
-                    busy_accept_delay: self.busy_accept_delay,
+                    busy_accept_delay: delay,
                     listener: Listener::Unix(listener, path.clone()),
-                }])
+                    tls: None,
+                    h2c,
+                }]
             }
-            BindTarget::Fd(fd) => adopt(*fd, self.busy_accept_delay)
-                .map(|bound| vec![bound])
-                .map_err(io_err),
+            BindTarget::Fd(fd) => vec![adopt(*fd, delay, h2c).map_err(io_err)?],
+        };
+        for b in &mut bound {
+            if tls.is_some() {
+                if let Some(rest) = b.address.strip_prefix("tcp://") {
+                    b.address = format!("ssl://{rest}");
+                }
+            }
+            b.tls = tls.clone();
         }
+        Ok(bound)
     }
 }
 
 /// Listens on a duplicate of the inherited descriptor `fd`, which must be a
 /// listening stream socket (TCP or UNIX).
-fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>) -> std::io::Result<Bound> {
+fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>, h2c: bool) -> std::io::Result<Bound> {
     // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags; it fails
     // with EBADF, touching nothing, when fd is not open.
     if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
@@ -189,6 +276,8 @@ fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>) -> std::io::Result<Boun
             server_port: addr.port(),
             busy_accept_delay,
             listener: Listener::Tcp(listener),
+            tls: None,
+            h2c,
         });
     }
     let path = local.as_pathname().map(PathBuf::from).ok_or_else(not_a_listener)?;
@@ -198,7 +287,29 @@ fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>) -> std::io::Result<Boun
         server_port: 0,
         busy_accept_delay,
         listener: Listener::Unix(socket.into(), PathBuf::new()),
+        tls: None,
+        h2c,
     })
+}
+
+/// Paths in a bind's query may be percent-encoded (`%20`, `%26`, ...).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn split_host_port(location: &str) -> Option<(String, u16)> {
@@ -310,6 +421,66 @@ mod tests {
             let err = BindSpec::parse(uri).unwrap_err().to_string();
             assert!(err.starts_with(uri), "{err}");
         }
+    }
+
+    #[test]
+    fn parses_tls_settings_from_the_query() {
+        let spec = BindSpec::parse("ssl://127.0.0.1:9443?cert=/a%20b.pem&key=/k.pem&ca=/ca.pem&verify_mode=force_peer")
+            .unwrap();
+        let tls = spec.tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/a b.pem"));
+        assert_eq!(tls.key, PathBuf::from("/k.pem"));
+        assert_eq!(tls.ca, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(tls.verify_mode, VerifyMode::ForcePeer);
+        let spec = BindSpec::parse("fd://5?ssl=true&cert=/c&key=/k&busy_accept_delay=0.01").unwrap();
+        assert!(spec.tls.is_some());
+        assert!(BindSpec::parse("unix:///s.sock?ssl=true&cert=/c&key=/k")
+            .unwrap()
+            .tls
+            .is_some());
+        assert!(BindSpec::parse("tcp://127.0.0.1:1?h2c=true").unwrap().h2c);
+        for (uri, reason) in [
+            ("ssl://127.0.0.1:1", "needs cert=PATH and key=PATH"),
+            ("ssl://127.0.0.1:1?cert=/c", "needs cert=PATH and key=PATH"),
+            (
+                "ssl://127.0.0.1:1?cert=/c&key=/k&verify_mode=sometimes",
+                "verify_mode must be",
+            ),
+            ("ssl://127.0.0.1:1?cert_pem=x", "'cert_pem' is not supported"),
+            ("ssl://127.0.0.1:1?cert=/c&key=/k&h2c=true", "h2c is cleartext"),
+            ("tcp://127.0.0.1:1?cert=/c", "cert, key and ca are for ssl://"),
+        ] {
+            let err = BindSpec::parse(uri).unwrap_err().to_string();
+            assert!(err.starts_with(uri) && err.contains(reason), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_tls_bind_reports_an_ssl_address_and_names_a_bad_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = crate::tls::self_signed().unwrap();
+        let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert_path, cert).unwrap();
+        std::fs::write(&key_path, key).unwrap();
+        let uri = format!(
+            "ssl://127.0.0.1:0?cert={}&key={}",
+            cert_path.display(),
+            key_path.display()
+        );
+        let bound = BindSpec::parse(&uri).unwrap().bind(16).unwrap();
+        assert!(bound[0].address.starts_with("ssl://127.0.0.1:"));
+        assert!(bound[0].tls.is_some());
+        let missing = dir.path().join("missing.pem");
+        let uri = format!(
+            "ssl://127.0.0.1:0?cert={}&key={}",
+            missing.display(),
+            key_path.display()
+        );
+        let err = BindSpec::parse(&uri).unwrap().bind(16).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("cannot read certificate {}", missing.display())),
+            "{err}"
+        );
     }
 
     #[test]

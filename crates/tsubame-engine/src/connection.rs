@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at};
 
-const READ_CHUNK: usize = 16 * 1024;
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// How long a stopping server waits for the first request of a connection
 /// it accepted just before the stop (see `read_head`).
 const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -31,7 +31,23 @@ const FILE_CHUNK: usize = 64 * 1024;
 
 /// A client socket the engine can serve and, on `rack.hijack`, give away.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Whether a finished write may still sit in a buffer until flushed
+    /// (TLS: rustls takes the plaintext before the socket has taken the
+    /// records). Plain sockets say no, so their flush is compiled out.
+    const BUFFERS_WRITES: bool = false;
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
+}
+
+/// Writes all of `bytes` and, where the stream buffers, pushes them out:
+/// after this the connection may wait on something else (the next
+/// request, the app's next chunk) without leaving bytes behind.
+async fn send<T: ClientIo>(io: &mut T, bytes: &[u8]) -> std::io::Result<()> {
+    io.write_all(bytes).await?;
+    if T::BUFFERS_WRITES {
+        io.flush().await?;
+    }
+    Ok(())
 }
 
 impl ClientIo for tokio::net::TcpStream {
@@ -40,6 +56,20 @@ impl ClientIo for tokio::net::TcpStream {
         // Ruby's IO expects to manage blocking itself; hand it a plain socket.
         std.set_nonblocking(false)?;
         Ok(std.into())
+    }
+}
+
+/// Full hijack hands Ruby the raw descriptor, and on a TLS connection that
+/// would carry ciphertext: refused (the env does not offer `rack.hijack`
+/// there; partial hijack, which the engine writes, still works).
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rustls::server::TlsStream<T> {
+    const BUFFERS_WRITES: bool = true;
+
+    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "full hijack is not available on a TLS connection",
+        ))
     }
 }
 
@@ -67,8 +97,9 @@ enum Written {
     Failed,
 }
 
-pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>) {
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+/// `buf` may already hold the start of the first request (read while
+/// looking for an HTTP/2 preface on an h2c bind).
+pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>, mut buf: BytesMut) {
     let mut served: u64 = 0;
     loop {
         let head = match read_head(&mut io, &mut buf, &shared, served).await {
@@ -96,7 +127,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         if head.expect_continue
             && head.framing != Framing::None
             && buf.is_empty()
-            && io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
+            && send(&mut io, b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err()
         {
             return;
         }
@@ -112,7 +143,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             // Probes are answered here and never reach the queue.
             let keep = head.keep_alive && !shared.is_stopping();
             if !matches!(
-                timeout(shared.opts.body_timeout, io.write_all(&probe)).await,
+                timeout(shared.opts.body_timeout, send(&mut io, &probe)).await,
                 Ok(Ok(()))
             ) || !keep
             {
@@ -141,28 +172,27 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             state: state.clone(),
             queued_at: received_at,
         };
-        let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(&target));
-        let pushed = if to_fibers {
-            // A fiber loop is woken by the push itself; the watcher is armed
-            // only to expire jobs a stuck loop never takes.
-            shared.fibers.push(job).map(|()| {
-                if shared.opts.queue_timeout.is_some() {
-                    Pushed::NudgeLater
-                } else {
-                    Pushed::Done
-                }
-            })
-        } else {
-            shared.queue.push(job)
-        };
-        let answer = match pushed {
+        let mut answer = match enqueue(&shared, job, &target) {
             Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
-            Err(PushError::Full) if to_fibers => Answer::Shed(ShedReason::FiberLimit),
-            Err(PushError::Full) => Answer::Shed(ShedReason::QueueFull),
-            Err(PushError::Closed) => {
+            Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
+            Err(Enqueue::Closed) => {
                 return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await
             }
         };
+        while let Answer::Reply(Reply::Interim { head, next }) = answer {
+            // An HTTP/1.0 client would take a 1xx for the response itself
+            // (RFC 9110 §15.2), so it never sees one.
+            if version == crate::parse::Version::Http11
+                && !matches!(
+                    timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
+                    Ok(Ok(()))
+                )
+            {
+                Stats::bump(&shared.stats.client_disconnects);
+                return;
+            }
+            answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
+        }
         let reply = match answer {
             Answer::Reply(reply) => reply,
             Answer::Shed(reason) => {
@@ -218,7 +248,38 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     }
 }
 
-enum Answer {
+/// Why a job could not be queued.
+pub(crate) enum Enqueue {
+    Shed(ShedReason),
+    Closed,
+}
+
+/// Queues a job with the pool its path belongs to: the fiber queue when
+/// fiber routes match it, the thread pool's queue otherwise. One place for
+/// both protocols, so HTTP/1 and HTTP/2 requests are routed alike.
+pub(crate) fn enqueue(shared: &Shared, job: Job, target: &[u8]) -> Result<Pushed, Enqueue> {
+    let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(target));
+    let pushed = if to_fibers {
+        // A fiber loop is woken by the push itself; the watcher is armed
+        // only to expire jobs a stuck loop never takes.
+        shared.fibers.push(job).map(|()| {
+            if shared.opts.queue_timeout.is_some() {
+                Pushed::NudgeLater
+            } else {
+                Pushed::Done
+            }
+        })
+    } else {
+        shared.queue.push(job)
+    };
+    pushed.map_err(|e| match e {
+        PushError::Full if to_fibers => Enqueue::Shed(ShedReason::FiberLimit),
+        PushError::Full => Enqueue::Shed(ShedReason::QueueFull),
+        PushError::Closed => Enqueue::Closed,
+    })
+}
+
+pub(crate) enum Answer {
     Reply(Reply),
     /// The engine answers 503 itself.
     Shed(ShedReason),
@@ -228,7 +289,7 @@ enum Answer {
 
 /// Waits for the application's reply, or for the request's deadline. The
 /// deadline is read again each time it passes, since the app may move it.
-async fn await_reply(
+pub(crate) async fn await_reply(
     mut reply_rx: oneshot::Receiver<Reply>,
     pushed: Pushed,
     state: &JobState,
@@ -273,7 +334,7 @@ async fn await_reply(
     }
 }
 
-fn accepts_json(head: &RequestHead) -> bool {
+pub(crate) fn accepts_json(head: &RequestHead) -> bool {
     head.headers.iter().any(|(name, value)| {
         name.eq_ignore_ascii_case(b"accept") && memchr::memmem::find(value, b"application/json").is_some()
     })
@@ -281,7 +342,7 @@ fn accepts_json(head: &RequestHead) -> bool {
 
 /// Every request the engine turns away is counted and logged: nothing
 /// disappears silently.
-fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
+pub(crate) fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
     let (method, target, peer) = request;
     shared.stats.shed(reason);
     log::warn(&format!(
@@ -293,11 +354,12 @@ fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq:
     ));
 }
 
-fn reply_status(reply: &Reply) -> u16 {
+pub(crate) fn reply_status(reply: &Reply) -> u16 {
     match reply {
         Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
         Reply::Hijack { .. } => 101,
         Reply::Shed(_) => 503,
+        Reply::Interim { .. } => 103,
     }
 }
 
@@ -327,7 +389,7 @@ async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error
         ),
         other => error_response(other.status(), other.detail()),
     };
-    let _ = timeout(shared.opts.body_timeout, io.write_all(&bytes)).await;
+    let _ = timeout(shared.opts.body_timeout, send(io, &bytes)).await;
     let _ = io.shutdown().await;
 }
 
@@ -462,7 +524,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
     match reply {
         Reply::Full {
             data, body_len, close, ..
-        } => match timeout(write_timeout, io.write_all(&data)).await {
+        } => match timeout(write_timeout, send(io, &data)).await {
             Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
             _ => (Written::Failed, 0),
         },
@@ -476,7 +538,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             close,
             ..
         } => write_stream(io, head, chunks, framing, close, shared).await,
-        Reply::Hijack { .. } | Reply::Shed(_) => (Written::Failed, 0),
+        Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } => (Written::Failed, 0),
     }
 }
 
@@ -489,7 +551,7 @@ async fn write_file<T: ClientIo>(
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
-    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
     let mut sent: u64 = 0;
@@ -505,7 +567,7 @@ async fn write_file<T: ClientIo>(
             }
             Ok(n) => n,
         };
-        if !matches!(timeout(write_timeout, io.write_all(&chunk[..n])).await, Ok(Ok(()))) {
+        if !matches!(timeout(write_timeout, send(io, &chunk[..n])).await, Ok(Ok(()))) {
             return (Written::Failed, sent);
         }
         sent += n as u64;
@@ -522,7 +584,7 @@ async fn write_stream<T: ClientIo>(
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
-    if !matches!(timeout(write_timeout, io.write_all(&head)).await, Ok(Ok(()))) {
+    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
     let mut sent: u64 = 0;
@@ -540,7 +602,7 @@ async fn write_stream<T: ClientIo>(
                         timeout(write_timeout, async {
                             io.write_all(&frame).await?;
                             io.write_all(&data).await?;
-                            io.write_all(b"\r\n").await
+                            send(io, b"\r\n").await
                         })
                         .await
                     }
@@ -549,7 +611,7 @@ async fn write_stream<T: ClientIo>(
                         // would be read as the start of the next response.
                         let allowed =
                             declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
-                        timeout(write_timeout, io.write_all(&data[..allowed as usize])).await
+                        timeout(write_timeout, send(io, &data[..allowed as usize])).await
                     }
                 };
                 if !matches!(result, Ok(Ok(()))) {
@@ -559,7 +621,7 @@ async fn write_stream<T: ClientIo>(
             }
             Some(StreamMsg::End) => {
                 return match framing {
-                    StreamFraming::Chunked => match timeout(write_timeout, io.write_all(b"0\r\n\r\n")).await {
+                    StreamFraming::Chunked => match timeout(write_timeout, send(io, b"0\r\n\r\n")).await {
                         Ok(Ok(())) => (Written::KeepAlive(!close), sent),
                         _ => (Written::Failed, sent),
                     },

@@ -11,6 +11,8 @@ pub struct ListenerInfo {
     pub server_name: String,
     pub server_port: u16,
     pub url_scheme: &'static str,
+    /// `X-Forwarded-Proto` may set `rack.url_scheme` (see `EngineOptions`).
+    pub trust_forwarded_proto: bool,
 }
 
 #[derive(Debug)]

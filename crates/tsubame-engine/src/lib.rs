@@ -15,6 +15,7 @@ pub mod fiber_queue;
 pub mod fiber_route;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod h2;
 pub mod health;
 pub mod histogram;
 pub mod job;
@@ -24,10 +25,12 @@ pub mod parse;
 pub mod queue;
 pub mod reply;
 pub mod response;
+mod rewind;
 pub mod server;
 pub mod stats;
 pub mod stream_channel;
 pub mod timeouts;
+pub mod tls;
 
 pub use error::{BindError, HttpError, ShedReason};
 pub use fiber_queue::FiberQueue;

@@ -60,6 +60,18 @@ pub struct EngineOptions {
     pub fiber_threads: usize,
     /// Fiber requests queued and running together; beyond it 503.
     pub max_fibers: Option<usize>,
+    /// Offer HTTP/2 by ALPN on TLS binds.
+    pub http2: bool,
+    /// Cleartext HTTP/2 with prior knowledge on every plain TCP/UNIX bind
+    /// (a bind can also ask for it with `h2c=true`).
+    pub h2c: bool,
+    /// Streams one HTTP/2 connection may have open at once.
+    pub h2_max_concurrent_streams: u32,
+    /// Flow-control windows the server grants per stream and per connection.
+    pub h2_initial_window_size: u32,
+    pub h2_initial_connection_window_size: u32,
+    /// Take `X-Forwarded-Proto` (from a trusted proxy) as `rack.url_scheme`.
+    pub trust_forwarded_proto: bool,
 }
 
 impl Default for EngineOptions {
@@ -96,6 +108,12 @@ impl Default for EngineOptions {
             fiber_paths: Vec::new(),
             fiber_threads: 1,
             max_fibers: Some(10_000),
+            http2: true,
+            h2c: false,
+            h2_max_concurrent_streams: 100,
+            h2_initial_window_size: 1024 * 1024,
+            h2_initial_connection_window_size: 4 * 1024 * 1024,
+            trust_forwarded_proto: false,
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct Limits {
 pub enum Version {
     Http10,
     Http11,
+    /// A stream of an HTTP/2 connection (see `h2.rs`); never parsed here.
+    Http2,
 }
 
 impl Version {
@@ -23,6 +25,7 @@ impl Version {
         match self {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
+            Version::Http2 => "HTTP/2",
         }
     }
 }
@@ -54,6 +57,10 @@ impl RequestHead {
     pub fn is_head(&self) -> bool {
         &self.method[..] == b"HEAD"
     }
+}
+
+pub(crate) fn is_known_method(method: &[u8]) -> bool {
+    KNOWN_METHODS.contains(&method)
 }
 
 /// Methods a Rack app may see. Anything else is answered 501 by the engine,
@@ -435,7 +442,7 @@ impl Layout {
         };
         let keep_alive = !close
             && match self.version {
-                Version::Http11 => true,
+                Version::Http11 | Version::Http2 => true,
                 Version::Http10 => keep_alive_token,
             };
         Ok(Some(RequestHead {

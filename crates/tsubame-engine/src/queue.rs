@@ -279,6 +279,7 @@ pub(crate) mod tests {
             server_name: "a".into(),
             server_port: 1,
             url_scheme: "http",
+            trust_forwarded_proto: false,
         });
         Job {
             head,

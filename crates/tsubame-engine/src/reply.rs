@@ -38,6 +38,13 @@ pub enum Reply {
     },
     /// The engine itself turned the request away (503) while it was queued.
     Shed(crate::error::ShedReason),
+    /// An informational response (103 Early Hints) before the real one,
+    /// which arrives on `next`. `head` is in HTTP/1 form; the HTTP/2 writer
+    /// turns it into an informational HEADERS frame.
+    Interim {
+        head: Bytes,
+        next: tokio::sync::oneshot::Receiver<Reply>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

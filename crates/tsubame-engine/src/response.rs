@@ -153,7 +153,9 @@ impl ResponseHead {
             append_date_header(&mut self.buf);
         }
         let app_connection = self.app_connection.take();
-        if !keep_alive {
+        if version == Version::Http2 {
+            // HTTP/2 has no connection-level headers in a response.
+        } else if !keep_alive {
             self.buf.extend_from_slice(b"connection: close\r\n");
         } else if let Some(value) = app_connection.filter(|v| !v.trim_ascii().eq_ignore_ascii_case(b"keep-alive")) {
             // Tokens other than close/keep-alive (such as `upgrade`) are the
@@ -223,7 +225,8 @@ impl ResponseHead {
             StreamFraming::Raw {
                 declared_len: Some(len),
             }
-        } else if self.app_transfer_encoding || !send_body {
+        } else if self.app_transfer_encoding || !send_body || version == Version::Http2 {
+            // HTTP/2 frames the body itself (DATA frames, END_STREAM).
             StreamFraming::Raw { declared_len: None }
         } else if version == Version::Http11 {
             self.buf.extend_from_slice(b"transfer-encoding: chunked\r\n");

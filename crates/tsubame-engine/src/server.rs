@@ -4,7 +4,7 @@
 use crate::accept::Acceptor;
 use crate::bind::{BindSpec, Bound, Listener};
 use crate::body::SpoolGate;
-use crate::connection::{serve, ClientIo};
+use crate::connection::{serve, ClientIo, READ_CHUNK};
 use crate::error::BindError;
 use crate::error::ShedReason;
 use crate::fiber_queue::FiberQueue;
@@ -19,11 +19,13 @@ use crate::reply::Reply;
 use crate::response::unavailable_response;
 use crate::stats::{Stats, StatsSnapshot};
 use crate::timeouts::TimedOut;
+use crate::tls::{TlsError, TlsListener};
+use bytes::BytesMut;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
 pub(crate) struct Shared {
@@ -100,6 +102,8 @@ pub struct Engine {
     shared: Arc<Shared>,
     listeners: Mutex<Vec<Bound>>,
     addresses: Vec<String>,
+    /// Every TLS listener's live configuration, for `reload_tls`.
+    tls: Vec<Arc<TlsListener>>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     lifecycle: Mutex<Lifecycle>,
     stopped: Condvar,
@@ -122,7 +126,12 @@ impl Engine {
     pub fn bind(opts: EngineOptions) -> Result<Engine, BindError> {
         let mut listeners = Vec::new();
         for uri in &opts.binds {
-            listeners.extend(BindSpec::parse(uri)?.bind(opts.backlog)?);
+            let mut spec = BindSpec::parse(uri)?;
+            if let Some(tls) = &mut spec.tls {
+                tls.http2 = opts.http2;
+            }
+            spec.h2c |= opts.h2c && spec.tls.is_none();
+            listeners.extend(spec.bind(opts.backlog)?);
         }
         let addresses = listeners.iter().map(|b| b.address.clone()).collect();
         let routes = if opts.fiber_scheduler {
@@ -130,10 +139,17 @@ impl Engine {
         } else {
             None
         };
+        let mut tls: Vec<Arc<TlsListener>> = Vec::new();
+        for listener in listeners.iter().filter_map(|b| b.tls.as_ref()) {
+            if !tls.iter().any(|t| Arc::ptr_eq(t, listener)) {
+                tls.push(listener.clone());
+            }
+        }
         Ok(Engine {
             shared: Arc::new(Shared::new(opts, routes)),
             listeners: Mutex::new(listeners),
             addresses,
+            tls,
             runtime: Mutex::new(None),
             lifecycle: Mutex::new(Lifecycle::default()),
             stopped: Condvar::new(),
@@ -142,6 +158,24 @@ impl Engine {
 
     pub fn addresses(&self) -> &[String] {
         &self.addresses
+    }
+
+    /// Reads every TLS bind's certificate and key again (HUP). New
+    /// handshakes use them; open connections keep the ones they began with.
+    /// If any bind fails, the error names its file, and the binds that
+    /// failed keep their old certificates. Returns how many were reloaded.
+    pub fn reload_tls(&self) -> Result<usize, TlsError> {
+        let mut failures = Vec::new();
+        for listener in &self.tls {
+            if let Err(e) = listener.reload() {
+                failures.push(e.0);
+            }
+        }
+        if failures.is_empty() {
+            Ok(self.tls.len())
+        } else {
+            Err(TlsError(failures.join("; ")))
+        }
     }
 
     pub fn queue(&self) -> &Arc<JobQueue> {
@@ -188,19 +222,25 @@ impl Engine {
             let info = Arc::new(ListenerInfo {
                 server_name: bound.server_name,
                 server_port: bound.server_port,
-                url_scheme: "http",
+                url_scheme: if bound.tls.is_some() { "https" } else { "http" },
+                trust_forwarded_proto: self.shared.opts.trust_forwarded_proto,
             });
+            let protocol = match (bound.tls, bound.h2c) {
+                (Some(tls), _) => Protocol::Tls(tls),
+                (None, true) => Protocol::H2c,
+                (None, false) => Protocol::Http1,
+            };
             let shared = self.shared.clone();
             match bound.listener {
                 Listener::Tcp(std) => {
                     let _guard = runtime.enter();
                     let listener = Acceptor::new(std, bound.busy_accept_delay)?;
-                    runtime.spawn(accept_tcp(listener, info, shared));
+                    runtime.spawn(accept_tcp(listener, info, protocol, shared));
                 }
                 Listener::Unix(std, path) => {
                     let _guard = runtime.enter();
                     let listener = Acceptor::new(std, bound.busy_accept_delay)?;
-                    runtime.spawn(accept_unix(listener, path, info, shared));
+                    runtime.spawn(accept_unix(listener, path, info, protocol, shared));
                 }
             }
         }
@@ -391,7 +431,30 @@ async fn accept_failed(err: std::io::Error, shared: &Shared) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-async fn accept_tcp(listener: Acceptor<std::net::TcpListener>, info: Arc<ListenerInfo>, shared: Arc<Shared>) {
+/// What a listener speaks; decided once per listener, so a plain HTTP/1
+/// connection costs what it did before TLS and HTTP/2 existed.
+enum Protocol {
+    Http1,
+    /// HTTP/1 or, by prior knowledge, cleartext HTTP/2.
+    H2c,
+    /// TLS, then HTTP/2 or HTTP/1.1 as ALPN decides.
+    Tls(Arc<TlsListener>),
+}
+
+fn dispatch<T: ClientIo>(io: T, conn: Arc<ConnInfo>, protocol: &Protocol, shared: &Arc<Shared>) {
+    match protocol {
+        Protocol::Http1 => spawn_connection(io, conn, shared),
+        Protocol::H2c => spawn_h2c(io, conn, shared),
+        Protocol::Tls(tls) => spawn_tls(io, conn, tls.config(), shared),
+    }
+}
+
+async fn accept_tcp(
+    listener: Acceptor<std::net::TcpListener>,
+    info: Arc<ListenerInfo>,
+    protocol: Protocol,
+    shared: Arc<Shared>,
+) {
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
@@ -405,7 +468,7 @@ async fn accept_tcp(listener: Acceptor<std::net::TcpListener>, info: Arc<Listene
                         let _ = stream.set_nodelay(true);
                     }
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
-                    spawn_connection(stream, conn, &shared);
+                    dispatch(stream, conn, &protocol, &shared);
                 }
                 Err(err) => accept_failed(err, &shared).await,
             }
@@ -417,6 +480,7 @@ async fn accept_unix(
     listener: Acceptor<std::os::unix::net::UnixListener>,
     path: PathBuf,
     info: Arc<ListenerInfo>,
+    protocol: Protocol,
     shared: Arc<Shared>,
 ) {
     let stop = shared.stop_notify.notified();
@@ -430,7 +494,7 @@ async fn accept_unix(
                 Ok(stream) => {
                     // A UNIX peer has no address; Puma reports loopback too.
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
-                    spawn_connection(stream, conn, &shared);
+                    dispatch(stream, conn, &protocol, &shared);
                 }
                 Err(err) => accept_failed(err, &shared).await,
             }
@@ -438,6 +502,81 @@ async fn accept_unix(
     }
     drop(listener);
     let _ = std::fs::remove_file(path);
+}
+
+fn at_connection_limit(shared: &Shared, conn: &ConnInfo) -> bool {
+    if shared.stats.connections_active.load(Ordering::Acquire) < shared.max_connections {
+        return false;
+    }
+    shared.stats.shed(ShedReason::Connections);
+    log::warn(&format!("503 connection_limit from {}", conn.peer_addr));
+    true
+}
+
+/// The handshake runs in the connection's own task (bounded by
+/// first_data_timeout), so a slow client never holds up the accept loop.
+/// Over the connection limit a TLS client is closed before the handshake:
+/// a plaintext 503 would mean nothing to it.
+fn spawn_tls<T>(io: T, conn: Arc<ConnInfo>, config: Arc<rustls::ServerConfig>, shared: &Arc<Shared>)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if at_connection_limit(shared, &conn) {
+        return;
+    }
+    let guard = conn_guard(shared);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let stream = match tokio::time::timeout(shared.opts.first_data_timeout, acceptor.accept(io)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                Stats::bump(&shared.stats.rejected_total);
+                if shared.opts.log_requests {
+                    log::warn(&format!("{} TLS handshake failed: {e}", conn.peer_addr));
+                }
+                return;
+            }
+            Err(_) => {
+                Stats::bump(&shared.stats.read_timeouts);
+                return;
+            }
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            crate::h2::serve_h2(stream, conn, shared).await;
+        } else {
+            serve(stream, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
+        }
+    });
+}
+
+/// Reads until the first bytes are either the HTTP/2 preface or something
+/// else (then HTTP/1, with the bytes read so far handed on).
+fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+    if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
+        // Answered as on a plain bind: most clients here speak HTTP/1.
+        return spawn_connection(io, conn, shared);
+    }
+    let guard = conn_guard(shared);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let preface = crate::h2::PREFACE;
+        while buf.len() < preface.len() && preface.starts_with(&buf) {
+            match tokio::time::timeout(shared.opts.first_data_timeout, io.read_buf(&mut buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return,
+            }
+        }
+        if buf.starts_with(preface) {
+            let io = crate::rewind::Rewind::new(buf.freeze(), io);
+            crate::h2::serve_h2(io, conn, shared).await;
+        } else {
+            serve(io, conn, shared, buf).await;
+        }
+    });
 }
 
 fn spawn_connection<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
@@ -464,6 +603,6 @@ fn spawn_connection<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Sh
     let shared = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        serve(io, conn, shared).await;
+        serve(io, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
     });
 }

@@ -9,6 +9,7 @@ mod rack_env;
 mod raw_io;
 mod request;
 mod selector;
+mod self_signed;
 mod server;
 mod stream;
 
@@ -30,6 +31,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
     native.define_module_function("fd_read", function!(raw_io::fd_read, 2))?;
     native.define_module_function("fd_write", function!(raw_io::fd_write, 2))?;
+    native.define_module_function("write_self_signed", function!(self_signed::write_self_signed, 2))?;
 
     let server = native.define_class("Server", ruby.class_object())?;
     server.define_singleton_method("new", function!(server::Server::new, 1))?;
@@ -51,11 +53,13 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     selector.define_method("select", method!(selector::Selector::select, 1))?;
     selector.define_method("wakeup", method!(selector::Selector::wakeup, 0))?;
     selector.define_method("attach", method!(selector::Selector::attach, 1))?;
+    server.define_method("reload_tls", method!(server::Server::reload_tls, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;
     request.define_method("respond", method!(request::Request::respond, 3))?;
     request.define_method("call", method!(request::Request::call, 0))?;
+    request.define_method("early_hints", method!(request::Request::early_hints, 1))?;
     request.define_method("hijacked?", method!(request::Request::is_hijacked, 0))?;
     request.define_method("answered?", method!(request::Request::is_answered, 0))?;
     request.define_method("seq", method!(request::Request::seq, 0))?;

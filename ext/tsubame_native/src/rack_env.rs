@@ -33,8 +33,15 @@ pub struct Keys {
     tsubame_request: Opaque<RString>,
     rack_response_finished: Opaque<RString>,
     rack_after_reply: Opaque<RString>,
+    rack_url_scheme: Opaque<RString>,
+    rack_hijack_p: Opaque<RString>,
+    https_key: Opaque<RString>,
+    https: Opaque<RString>,
+    http: Opaque<RString>,
+    on: Opaque<RString>,
     http11: Opaque<RString>,
     http10: Opaque<RString>,
+    http2: Opaque<RString>,
     empty: Opaque<RString>,
     methods: Vec<(&'static [u8], Opaque<RString>)>,
 }
@@ -72,8 +79,15 @@ pub fn init(ruby: &Ruby) {
         tsubame_request: k("tsubame.request"),
         rack_response_finished: k("rack.response_finished"),
         rack_after_reply: k("rack.after_reply"),
+        rack_url_scheme: k("rack.url_scheme"),
+        rack_hijack_p: k("rack.hijack?"),
+        https_key: k("HTTPS"),
+        https: k("https"),
+        http: k("http"),
+        on: k("on"),
         http11: k("HTTP/1.1"),
         http10: k("HTTP/1.0"),
+        http2: k("HTTP/2"),
         empty: k(""),
         methods,
     });
@@ -243,16 +257,27 @@ pub fn build(
     let version = match head.version {
         Version::Http11 => k.http11,
         Version::Http10 => k.http10,
+        Version::Http2 => k.http2,
     };
     set(k.server_protocol, ruby.get_inner(version).as_value());
     set(k.http_version, ruby.get_inner(version).as_value());
     set(k.remote_addr, ruby.str_new(&conn.peer_addr).as_value());
 
     let listener = &conn.listener;
-    let default_port = || {
-        ruby.str_new(if listener.url_scheme == "https" { "443" } else { "80" })
-            .as_value()
-    };
+    let mut secure = listener.url_scheme == "https";
+    if listener.trust_forwarded_proto {
+        if let Some(proto) = forwarded_proto(head) {
+            secure = proto.eq_ignore_ascii_case(b"https");
+        }
+    }
+    // The base env says "http"; only a different answer costs a store.
+    if secure {
+        set(k.rack_url_scheme, ruby.get_inner(k.https).as_value());
+        set(k.https_key, ruby.get_inner(k.on).as_value());
+    } else if listener.url_scheme == "https" {
+        set(k.rack_url_scheme, ruby.get_inner(k.http).as_value());
+    }
+    let default_port = || ruby.str_new(if secure { "443" } else { "80" }).as_value();
     match head.host.as_deref().map(split_host) {
         Some((name, port)) => {
             set(k.server_name, bytes(name));
@@ -282,12 +307,29 @@ pub fn build(
     }
 
     set(k.rack_input, input);
-    set(k.rack_hijack, request);
+    // Full hijack hands over the raw socket: meaningless under TLS (the
+    // bytes are encrypted) and under HTTP/2 (the socket carries other
+    // streams), so it is not offered there. Rack allows it to be absent.
+    if listener.url_scheme == "https" || head.version == Version::Http2 {
+        set(k.rack_hijack_p, ruby.qfalse().as_value());
+    } else {
+        set(k.rack_hijack, request);
+    }
     set(k.tsubame_request, request);
     let finished = ruby.ary_new();
     set(k.rack_response_finished, finished.as_value());
     set(k.rack_after_reply, finished.as_value());
     Ok(env)
+}
+
+/// The first value of `X-Forwarded-Proto` (a proxy chain lists the
+/// client-facing one first).
+fn forwarded_proto(head: &RequestHead) -> Option<&[u8]> {
+    let (_, value) = head
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(b"x-forwarded-proto"))?;
+    value.split(|&b| b == b',').next().map(|v| v.trim_ascii())
 }
 
 /// Repeated headers are joined (`cookie` with "; ", others with ", ").

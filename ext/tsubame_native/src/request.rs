@@ -255,6 +255,29 @@ impl Request {
         Ok(io)
     }
 
+    /// `env["rack.early_hints"]`: sends a 103 with `headers` (usually
+    /// `link`) ahead of the response. The final reply then travels on a new
+    /// channel, so a request that sends no hints pays nothing for this.
+    pub fn early_hints(ruby: &Ruby, rb_self: &Self, headers: Value) -> Result<(), Error> {
+        let mut head = ResponseHead::new(103).map_err(|e| arg_error(ruby, e.to_string()))?;
+        add_headers(ruby, &mut head, headers)?;
+        let finished = head.finish_hijacked();
+        let (tx, rx) = oneshot::channel();
+        let sender = rb_self
+            .reply
+            .borrow_mut()
+            .take()
+            .ok_or_else(|| already_answered(ruby))?;
+        // A closed receiver: the connection is gone; the final response
+        // will find out the same way.
+        let _ = sender.send(Reply::Interim {
+            head: Bytes::from(finished.bytes),
+            next: rx,
+        });
+        *rb_self.reply.borrow_mut() = Some(tx);
+        Ok(())
+    }
+
     pub fn is_hijacked(&self) -> bool {
         self.hijacked.get()
     }

@@ -55,6 +55,12 @@ const OPTION_KEYS: &[&str] = &[
     "fiber_paths",
     "fiber_threads",
     "max_fibers",
+    "http2",
+    "h2c",
+    "h2_max_concurrent_streams",
+    "h2_initial_window_size",
+    "h2_initial_connection_window_size",
+    "trust_forwarded_proto",
 ];
 
 struct OptionReader<'a> {
@@ -157,6 +163,16 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         },
         fiber_threads: r.get("fiber_threads")?.unwrap_or(d.fiber_threads),
         max_fibers: r.optional("max_fibers", d.max_fibers)?,
+        http2: r.get("http2")?.unwrap_or(d.http2),
+        h2c: r.get("h2c")?.unwrap_or(d.h2c),
+        h2_max_concurrent_streams: r
+            .get("h2_max_concurrent_streams")?
+            .unwrap_or(d.h2_max_concurrent_streams),
+        h2_initial_window_size: r.get("h2_initial_window_size")?.unwrap_or(d.h2_initial_window_size),
+        h2_initial_connection_window_size: r
+            .get("h2_initial_connection_window_size")?
+            .unwrap_or(d.h2_initial_connection_window_size),
+        trust_forwarded_proto: r.get("trust_forwarded_proto")?.unwrap_or(d.trust_forwarded_proto),
     })
 }
 
@@ -340,6 +356,16 @@ impl Server {
             || timed_out.wake_all(),
         )?;
         Ok(next)
+    }
+
+    /// Reads the TLS certificates and keys again (HUP); returns how many
+    /// binds were reloaded, or raises Tsubame::BindError naming the file
+    /// (those binds keep their old certificate).
+    pub fn reload_tls(ruby: &Ruby, rb_self: &Self) -> Result<usize, Error> {
+        rb_self
+            .engine
+            .reload_tls()
+            .map_err(|e| Error::new(bind_error(ruby), e.to_string()))
     }
 
     pub fn report_stuck_thread(&self) {

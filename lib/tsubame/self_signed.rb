@@ -1,0 +1,43 @@
+# frozen_string_literal: true
+
+require "tmpdir"
+require "fileutils"
+
+module Tsubame
+  # --tls-self-signed: a certificate for localhost, 127.0.0.1 and ::1 made
+  # at boot (by the engine's rcgen) for every ssl:// bind that names no
+  # certificate. For development only: browsers and clients will not trust
+  # it unless told to.
+  #
+  # The files live in a directory named after the process id, which a hot
+  # restart (exec) keeps, so the bind URIs stay the same and the inherited
+  # sockets are matched to them again.
+  module SelfSigned
+    WARNING = "! --tls-self-signed: serving a generated certificate for localhost; for development only"
+
+    module_function
+
+    def binds(options, log: $stderr)
+      binds = options[:binds]
+      return binds unless options[:tls_self_signed]
+
+      missing = binds.select { |uri| uri.start_with?("ssl://") && !uri.match?(/[?&]cert=/) }
+      return binds if missing.empty?
+
+      cert, key = write_files
+      log.puts WARNING
+      binds.map { |uri| missing.include?(uri) ? "#{uri}#{uri.include?("?") ? "&" : "?"}cert=#{cert}&key=#{key}" : uri }
+    end
+
+    def write_files
+      dir = File.join(Dir.tmpdir, "tsubame-self-signed-#{Process.uid}-#{Process.pid}")
+      FileUtils.mkdir_p(dir, mode: 0o700)
+      cert = File.join(dir, "cert.pem")
+      key = File.join(dir, "key.pem")
+      Native.write_self_signed(cert, key)
+      owner = Process.pid
+      at_exit { FileUtils.rm_rf(dir) if Process.pid == owner }
+      [cert, key]
+    end
+  end
+end
