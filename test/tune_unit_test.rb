@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "stringio"
 require "tsubame/tune"
 
 # The parts of `tsubame tune` that need no server: SLO and flag parsing,
@@ -285,5 +286,19 @@ class TuneUnitTest < Minitest::Test
     assert_includes html, "SLO p95 200 ms"
     data = JSON.parse(html[%r{<script type="application/json" id="tune-data">(.*?)</script>}m, 1])
     assert_equal 800, data["settings"][0]["steps"].last["rate"]
+  end
+
+  def test_progress_is_held_until_released
+    io = StringIO.new
+    progress = Tune::Progress.new(io)
+    progress.line("one")
+    progress.line("two")
+    assert_equal "", io.string
+    progress.release
+    progress.line("three")
+    assert_equal "one\ntwo\nthree\n", io.string
+    quiet = StringIO.new
+    Tune::Progress.new(quiet, quiet: true).tap { |p| p.line("x") }.release
+    assert_equal "", quiet.string
   end
 end

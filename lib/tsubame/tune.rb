@@ -7,6 +7,7 @@ require "tsubame/tune_grid"
 require "tsubame/tune_html"
 require "tsubame/tune_machine"
 require "tsubame/tune_options"
+require "tsubame/tune_progress"
 require "tsubame/tune_report"
 require "tsubame/tune_runner"
 
@@ -77,11 +78,12 @@ module Tsubame
       def measure(options, grid, bench)
         started = monotonic
         dir = Dir.mktmpdir("tsubame-tune")
-        progress = options.quiet ? ->(_line) {} : ->(line) { @stderr.puts line }
-        progress.call("#{PREFIX}#{grid.size} settings (#{grid.describe}), budget #{format("%g", options.budget)} s, " \
+        progress = Progress.new(@stderr, quiet: options.quiet)
+        progress.line("#{PREFIX}#{grid.size} settings (#{grid.describe}), budget #{format("%g", options.budget)} s, " \
                       "#{format("%g", options.step)} s steps, SLO #{options.slo}")
         runner = Runner.new(options, grid, bench: bench, memory_mb: @memory_mb, dir: dir, progress: progress)
         results = with_interrupt(runner, progress) { runner.run }
+        progress.release
         report = Report.new(results, options.slo, context(options, started))
         output(options, report)
         status(results, report)
@@ -93,7 +95,7 @@ module Tsubame
       # what it has; the servers are stopped by the runner either way.
       def with_interrupt(runner, progress)
         handler = lambda do |_signo|
-          progress.call("#{PREFIX}interrupted: stopping the server and reporting what was measured") unless runner.interrupted?
+          progress.line("#{PREFIX}interrupted: stopping the server and reporting what was measured") unless runner.interrupted?
           runner.interrupt!
         end
         previous = { "INT" => trap("INT", &handler), "TERM" => trap("TERM", &handler) }

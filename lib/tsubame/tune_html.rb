@@ -122,7 +122,7 @@ module Tsubame
         while decade <= y_max
           y = scale.y(decade)
           out << %(<line x1="#{LEFT}" y1="#{y}" x2="#{right}" y2="#{y}" stroke="#eee"/>)
-          out << %(<text x="#{LEFT - 6}" y="#{y + 4}" text-anchor="end">#{escape(Format.ms(decade))}</text>)
+          out << %(<text x="#{LEFT - 6}" y="#{y + 4}" text-anchor="end">#{escape(decade_label(decade))}</text>)
           decade *= 10
         end
         out << %(<text x="#{LEFT + (scale.width / 2)}" y="#{HEIGHT - 10}" text-anchor="middle">offered rate (req/s)</text>)
@@ -155,12 +155,17 @@ module Tsubame
         end
       end
 
-      # 1, 2, 2.5 or 5 times a power of ten, at or above value.
+      # 0.1 ms, 1 ms, 10 ms, 1 s
+      def decade_label(ms)
+        ms >= 1000 ? "#{format("%g", ms / 1000.0)} s" : "#{format("%g", ms)} ms"
+      end
+
+      # A round number at or above value, at most 25% above it.
       def nice_ceiling(value)
         return 1 unless value.positive?
 
         power = 10.0**Math.log10(value).floor
-        [1, 2, 2.5, 5, 10].map { |m| m * power }.find { |v| v >= value }
+        [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10].map { |m| m * power }.find { |v| v >= value }
       end
 
       def script_json(value)

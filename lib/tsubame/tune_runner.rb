@@ -95,7 +95,11 @@ module Tsubame
         say format("%s   booted in %.1f s (pid %d%s)", tag, server.boot_seconds, server.pid, worker_note(server))
         @load = Load.new(bench: @bench, url: server.url, paths: @options.paths, targets: @options.targets,
                          headers: @options.headers, dir: @dir)
-        calibrate(result, tag) && search(result, server, tag, share_end, deadline)
+        calibrated = calibrate(result, tag)
+        # The app boots and the load can be sent: from now on problems are
+        # results, so the progress can be shown.
+        @progress.release
+        search(result, server, tag, share_end, deadline) if calibrated
         result
       rescue ServerProcess::BootFailed => e
         return result if @interrupted
@@ -106,9 +110,13 @@ module Tsubame
         result
       rescue Load::Failed => e
         return result if @interrupted
-        raise Fatal, e.message.delete_prefix("#{Load::PROGRAM_NAME}: ") if server.alive?
 
-        result.note = "the server exited during the run: #{server.stderr_text.lines.last&.strip}"
+        message = e.message.delete_prefix("#{Load::PROGRAM_NAME}: ")
+        # On the first setting a failing client means bad arguments (a
+        # malformed targets file); later, only this setting is lost.
+        raise Fatal, message if first && server.alive?
+
+        result.note = server.alive? ? message : "the server exited during the run: #{server.stderr_text.lines.last&.strip}"
         say "#{tag}   #{result.note}"
         result
       ensure
@@ -214,7 +222,7 @@ module Tsubame
       end
 
       def say(line)
-        @progress.call(line)
+        @progress.line(line)
         nil
       end
 

@@ -127,7 +127,8 @@ module Tsubame
       def last_lines
         text = stderr_text.strip
         text = File.read(@log).strip if text.empty? && File.exist?(@log)
-        lines = text.lines.map(&:strip).reject(&:empty?)
+        # An exception's backtrace says less than its message.
+        lines = text.lines.map(&:strip).reject { |line| line.empty? || line.start_with?("from ") }
         lines.empty? ? "no output" : lines.last(2).join(" / ")
       end
 
