@@ -6,7 +6,10 @@ require "json"
 # `tsubame tune` run as a command against real servers it starts: the
 # table and recommendation, the HTML chart data, a max rate that matches
 # a known capacity, Ctrl-C, and the one-line errors. Budgets are short
-# (1 s steps); the file takes about 40 s.
+# (1-2 s steps); the file takes about 35 s on a quiet machine. The SLOs
+# are looser than the default where the test is not about where the
+# limit falls: on a machine shared with other builds, a 2-core box can
+# stall a server for hundreds of milliseconds.
 class TuneTest < Minitest::Test
   include Tsubame::TestHelpers
 
@@ -33,7 +36,7 @@ class TuneTest < Minitest::Test
       app = write_file(dir, "hello.ru", HELLO)
       html = File.join(dir, "tune.html")
       out, err, status = tune("--workers", "1", "--threads", "1,2", "--step-duration", "1s", "--budget", "15s",
-                              "--html", html, app)
+                              "--slo", "p95=1s", "--success", "99", "--html", html, app)
       assert_equal 0, status.exitstatus, err
       header = out.lines.find { |l| l.start_with?("setting") }
       assert_match(%r{\Asetting\s+max rate\s+p50\s+p95\s+p99\s+CPU %\s+RSS/worker\s+steps$}, header, out)
@@ -66,7 +69,7 @@ class TuneTest < Minitest::Test
         assert_equal s["points"].map(&:first).sort, s["points"].map(&:first)
       end
       assert_equal 2, page.scan("<polyline").size
-      assert_includes page, "SLO p95 200 ms"
+      assert_includes page, "SLO p95 1 s"
       data = JSON.parse(page[%r{<script type="application/json" id="tune-data">(.*?)</script>}m, 1])
       assert_equal threads.to_i, data.dig("recommended", "config", 1)[/threads (\d)/, 1].to_i
     end
@@ -75,18 +78,21 @@ class TuneTest < Minitest::Test
   def test_max_rate_matches_a_slow_apps_capacity
     in_tmpdir do |dir|
       app = write_file(dir, "slow.ru", SLOW)
-      out, err, status = tune("--workers", "1", "--threads", "1", "--step-duration", "1s", "--budget", "12s", "--json", app)
+      out, err, status = tune("--workers", "1", "--threads", "1", "--step-duration", "2s", "--budget", "14s",
+                              "--slo", "p95=1s", "--success", "99", "--json", app)
       assert_equal 0, status.exitstatus, err
       report = JSON.parse(out)
       setting = report.fetch("settings").first
-      # Capacity is 20 req/s (one thread, 50 ms each); a p95 under 200 ms
-      # needs some headroom, and a noisy machine takes some more.
+      # Capacity is 20 req/s (one thread, 50 ms each). Above it the queue
+      # grows through the step, which the search must see even though a
+      # 1 s p95 would take a few seconds to break; below it a noisy
+      # machine can cost some headroom.
       assert_operator setting["max_rate"], :>=, 7, err
       assert_operator setting["max_rate"], :<=, 24, err
       best = setting["at_max_rate"]
       assert_operator best["p50_ms"], :>=, 50, best.inspect
-      assert_operator best["p95_ms"], :<=, 200, best.inspect
-      assert_operator best["success_percent"], :>=, 99.9
+      assert_operator best["p95_ms"], :<=, 1000, best.inspect
+      assert_operator best["success_percent"], :>=, 99
       # Above capacity the SLO must have failed.
       setting["steps"].select { |s| s["rate"] > 26 }.each { |s| refute s["met_slo"], s.inspect }
       assert_equal ["workers 0 # single mode: one process, no fork", "threads 1, 1"], report.dig("recommended", "config")

@@ -84,7 +84,8 @@ class TuneUnitTest < Minitest::Test
         ["--targets", File.join(dir, "none.txt"), app] => /targets file not found/,
         ["--targets", app, "--path", "/", app] => /cannot be combined/,
         ["--bogus", app] => /invalid option: --bogus/,
-        [app, app] => /too many arguments/
+        [app, app] => /too many arguments/,
+        ["--html", File.join(dir, "no", "such", "dir.html"), app] => /cannot write --html .*: no directory/
       }.each do |argv, message|
         error = assert_raises(Tune::UsageError, argv.inspect) { Tune::TuneOptions.new(argv) }
         assert_match message, error.message
@@ -196,7 +197,7 @@ class TuneUnitTest < Minitest::Test
     assert_equal 20, Tune::Load.connections_for(1, 200, 10)
     assert_equal 256, Tune::Load.connections_for(100_000, 200, 1)
     assert_in_delta 1.0, Tune::Load.timeout_for(50)
-    assert_in_delta 2.5, Tune::Load.timeout_for(500)
+    assert_in_delta 1.6, Tune::Load.timeout_for(800)
     assert_in_delta 10.0, Tune::Load.timeout_for(60_000)
   end
 
@@ -300,5 +301,24 @@ class TuneUnitTest < Minitest::Test
     quiet = StringIO.new
     Tune::Progress.new(quiet, quiet: true).tap { |p| p.line("x") }.release
     assert_equal "", quiet.string
+  end
+
+  def timeline_measurement(p50s, window: 0.1)
+    timeline = p50s.each_with_index.map { |p50, i| { "t" => (i * window).round(3), "responses" => 5, "p50_ms" => p50 } }
+    Tune::Measurement.new({ "requests" => 100, "success" => 100, "throughput" => 50, "window_s" => window,
+                            "timeline" => timeline }, offered: 50)
+  end
+
+  def test_latency_rising_spots_a_queue_building_up
+    # 2 s offered: 20 windows; the drain after it (t >= 2) is ignored.
+    growing = timeline_measurement((0...20).map { |i| 5.0 + (i * 4) } + [900.0] * 5)
+    assert growing.latency_rising?(2.0, 50)
+    # The same growth below the floor (a quarter of the SLO) is not a concern.
+    refute timeline_measurement((0...20).map { |i| 1.0 + (i * 0.2) }).latency_rising?(2.0, 50)
+    # Flat but noisy latency is not rising; nor is a slow first window alone.
+    refute timeline_measurement([300.0] + ([20.0, 60.0, 35.0, 80.0] * 5)).latency_rising?(2.0, 10)
+    # Spikes only after the offered period (the drain) do not count.
+    refute timeline_measurement(([10.0] * 20) + ([500.0] * 10)).latency_rising?(2.0, 10)
+    refute timeline_measurement([10.0, 90.0, 90.0]).latency_rising?(0.3, 10)
   end
 end

@@ -8,6 +8,9 @@ module Tsubame
   module Tune
     # What one run of tsubame bench measured, from its --json report.
     class Measurement
+      # See latency_rising?.
+      RISE = 2.0
+
       attr_reader :offered, :report
 
       # offered: the open-loop rate asked for, nil for a closed loop.
@@ -52,6 +55,23 @@ module Tsubame
         @report["interrupted"] == true
       end
 
+      # Whether latency was still climbing when the offered period of
+      # `span` seconds ended: the median of the per-window p50s in its
+      # second half is more than RISE times that of its first half, and
+      # above floor_ms. A short step a little over capacity would
+      # otherwise pass, its queue not yet long enough to break the SLO,
+      # though it would at that rate for longer.
+      def latency_rising?(span, floor_ms)
+        window = @report.fetch("window_s", 0).to_f
+        windows = @report.fetch("timeline", []).select { |w| w["responses"].positive? && w["t"] + window <= span }
+        # The first window includes the connections being opened.
+        windows = windows.drop(1)
+        return false if windows.size < 4
+
+        early, late = windows.each_slice((windows.size / 2.0).ceil).map { |half| median(half.map { |w| w["p50_ms"] }) }
+        late > early * RISE && late > floor_ms
+      end
+
       # Why requests failed, for the progress lines: "status 404: 12, timeout: 3".
       def failures
         statuses = @report.fetch("status_codes", {}).reject { |code, _| code.to_i.between?(200, 399) }
@@ -59,6 +79,14 @@ module Tsubame
         parts += @report.fetch("errors", {}).map { |kind, n| "#{kind}: #{n}" }
         parts << "unsent: #{unsent}" if unsent.positive?
         parts.join(", ")
+      end
+
+      private
+
+      def median(values)
+        sorted = values.sort
+        mid = sorted.size / 2
+        sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
       end
     end
 
@@ -72,7 +100,7 @@ module Tsubame
       # least this and at most MAX_TIMEOUT, else a multiple of the SLO.
       MIN_TIMEOUT = 1.0
       MAX_TIMEOUT = 10.0
-      TIMEOUT_TIMES_SLO = 5
+      TIMEOUT_TIMES_SLO = 2
       MAX_CONNECTIONS = 256
       MIN_CONNECTIONS = 8
 

@@ -79,6 +79,7 @@ module Tsubame
 
         @slo = SLO.parse(@slo_spec, success: @success)
         check_requests
+        check_html
       rescue OptionParser::ParseError => e
         raise UsageError, e.message
       end
@@ -90,6 +91,15 @@ module Tsubame
         @paths << "/" if @paths.empty?
         bad = @paths.find { |path| !path.start_with?("/") || path.match?(/\s/) }
         raise UsageError, "invalid --path #{bad.inspect}: expected an absolute path such as /users?page=2" if bad
+      end
+
+      # Found now rather than after the whole measurement.
+      def check_html
+        return unless @html
+
+        dir = File.dirname(File.expand_path(@html))
+        raise UsageError, "cannot write --html #{@html}: no directory #{dir}" unless File.directory?(dir)
+        raise UsageError, "cannot write --html #{@html}: #{dir} is not writable" unless File.writable?(dir)
       end
 
       def parser

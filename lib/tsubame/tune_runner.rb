@@ -182,8 +182,18 @@ module Tsubame
         m = @load.open(rate: rate, duration: duration, connections: connections, timeout: timeout)
         wall = monotonic - started
         cpu = [server.cpu_seconds - cpu_before, 0].max * 100.0 / wall
-        Step.new(measurement: m, cpu_percent: cpu, rss_mb: server.rss_per_worker_mb,
-                 miss: @slo.miss(success_percent: m.success_percent, latency_ms: m.latency_ms))
+        Step.new(measurement: m, cpu_percent: cpu, rss_mb: server.rss_per_worker_mb, miss: miss(m, duration))
+      end
+
+      def miss(measurement, duration)
+        miss = @slo.miss(success_percent: measurement.success_percent, latency_ms: measurement.latency_ms)
+        return miss if miss
+        # A queue that grows by a quarter of the tightest limit within one
+        # step would break the SLO if the rate lasted.
+        return "latency still rising at the end of the step (a queue building up)" if
+          measurement.latency_rising?(duration, @slo.limits.values.min / 4)
+
+        nil
       end
 
       def step_line(tag, step)
