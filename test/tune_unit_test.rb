@@ -226,9 +226,20 @@ class TuneUnitTest < Minitest::Test
     end
   end
 
-  def report_for(results)
-    context = { app: "app.ru", requests: "GET /", step: 1.0, budget: 60.0, cores: 2, memory_mb: 1000, elapsed: 12.0 }
+  def report_for(results, load: [0.2, 0.3, 0.4])
+    context = { app: "app.ru", requests: "GET /", step: 1.0, budget: 60.0, cores: 2, memory_mb: 1000, elapsed: 12.0,
+                load_before: load, load_after: [2.5, 1.0, 0.5] }
     Tune::Report.new(results, Tune::SLO.parse("p95=200ms"), context)
+  end
+
+  def test_report_warns_about_a_busy_machine
+    results = Tune::Results.new
+    results << setting_result(1, 1, [[100, 10], [200, 300]])
+    refute_includes report_for(results).text, "The machine was busy"
+    text = report_for(results, load: [3.5, 2.0, 1.0]).text
+    assert_includes text, "The machine was busy: load average 3.50 on 2 cores before the run (2.50 after); " \
+                          "the rates are lower and noisier than on an idle machine."
+    assert_equal [3.5, 2.0, 1.0], report_for(results, load: [3.5, 2.0, 1.0]).to_h.dig("machine", "load_average_before")
   end
 
   def test_recommendation_prefers_fewer_processes_within_five_percent

@@ -79,6 +79,7 @@ module Tsubame
         started = monotonic
         dir = Dir.mktmpdir("tsubame-tune")
         progress = Progress.new(@stderr, quiet: options.quiet)
+        @load_before = Machine.load_average
         progress.line("#{PREFIX}#{grid.size} settings (#{grid.describe}), budget #{format("%g", options.budget)} s, " \
                       "#{format("%g", options.step)} s steps, SLO #{options.slo}")
         runner = Runner.new(options, grid, bench: bench, memory_mb: @memory_mb, dir: dir, progress: progress)
@@ -107,7 +108,7 @@ module Tsubame
       def context(options, started)
         requests = options.targets ? "requests from #{options.targets}" : options.paths.map { |p| "GET #{p}" }.join(" + ")
         { app: options.app, requests: requests, step: options.step, budget: options.budget, cores: Machine.cores,
-          memory_mb: @memory_mb, elapsed: monotonic - started }
+          memory_mb: @memory_mb, elapsed: monotonic - started, load_before: @load_before, load_after: Machine.load_average }
       end
 
       def output(options, report)

@@ -18,6 +18,13 @@ module Tsubame
         [Etc.nprocessors, 1].max
       end
 
+      # The load averages over 1, 5 and 15 minutes, or nil.
+      def load_average
+        File.read("/proc/loadavg").split.first(3).map(&:to_f)
+      rescue SystemCallError
+        nil
+      end
+
       # MiB, or nil when neither /proc nor the cgroup says.
       def memory_mb
         [mem_available_mb, cgroup_free_mb].compact.min

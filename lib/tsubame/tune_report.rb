@@ -11,6 +11,9 @@ module Tsubame
     # and the config lines to paste) and for programs (JSON, the same
     # numbers). Also the data the HTML report is drawn from.
     class Report
+      # A load average above this many runnable tasks per core before the
+      # run is worth a warning.
+      BUSY_LOAD = 0.5
       COLUMNS = ["setting", "max rate", "p50", "p95", "p99", "CPU %", "RSS/worker", "steps"].freeze
 
       # context: { app:, requests:, step:, budget:, cores:, memory_mb:, elapsed: }
@@ -29,6 +32,8 @@ module Tsubame
                      "#{format("%g", @context[:step])} s steps; #{format("%.0f", @context[:elapsed])} s of a " \
                      "#{format("%g", @context[:budget])} s budget; #{@context[:cores]} cores", ""]
         lines.concat(table)
+        busy = busy_note
+        lines << busy if busy
         lines << "max rate: the highest offered rate (open loop) that met the SLO; latencies, CPU (100% = one core, " \
                  "all processes) and the largest worker RSS are at that rate."
         if @results.settings.any? { |r| !r.bounded? }
@@ -40,6 +45,18 @@ module Tsubame
         lines << ""
         lines.concat(recommendation_lines)
         "#{lines.join("\n")}\n"
+      end
+
+      # The load generator and the servers share the machine with whatever
+      # else runs: a machine already busy before the run gives lower rates
+      # and noisier latencies, which the reader should know.
+      def busy_note
+        before = @context[:load_before]
+        return nil unless before && before.first > @context[:cores] * BUSY_LOAD
+
+        format("The machine was busy: load average %.2f on %d cores before the run (%.2f after); " \
+               "the rates are lower and noisier than on an idle machine.",
+               before.first, @context[:cores], @context[:load_after]&.first || 0)
       end
 
       def table
@@ -102,7 +119,8 @@ module Tsubame
         best = recommended
         { "app" => @context[:app], "requests" => @context[:requests], "slo" => @slo.to_h,
           "step_duration_s" => @context[:step], "budget_s" => @context[:budget], "elapsed_s" => @context[:elapsed].round(1),
-          "machine" => { "cores" => @context[:cores], "memory_mb" => @context[:memory_mb] },
+          "machine" => { "cores" => @context[:cores], "memory_mb" => @context[:memory_mb],
+                         "load_average_before" => @context[:load_before], "load_average_after" => @context[:load_after] },
           "interrupted" => @results.interrupted, "settings" => @results.settings.map(&:to_h),
           "skipped" => @results.skipped.map { |setting, reason| { "label" => setting.label, "reason" => reason } },
           "recommended" => best && { "label" => best.setting.label, "max_rate" => best.max_rate,

@@ -55,6 +55,7 @@ module Tsubame
         @interrupted = false
         @load = nil
         @memory_checked = false
+        @answered = false
       end
 
       # Ctrl-C: stop the step under way; what was measured is kept.
@@ -76,7 +77,7 @@ module Tsubame
           setting = queue.shift
           index = total - queue.size
           share_end = monotonic + ((deadline - monotonic) / (queue.size + 1))
-          results << measure(setting, "[#{index}/#{total}]", share_end, deadline, first: index == 1)
+          results << measure(setting, "[#{index}/#{total}]", share_end, deadline)
           queue = trim_for_memory(queue, results)
         end
         results.interrupted = @interrupted
@@ -86,7 +87,7 @@ module Tsubame
 
       private
 
-      def measure(setting, tag, share_end, deadline, first:)
+      def measure(setting, tag, share_end, deadline)
         result = SettingResult.new(setting)
         server = ServerProcess.new(setting, @options, dir: @dir)
         say "#{tag} #{setting.label}: starting"
@@ -97,13 +98,14 @@ module Tsubame
                          headers: @options.headers, dir: @dir)
         calibrated = calibrate(result, tag)
         # The app boots and the load can be sent: from now on problems are
-        # results, so the progress can be shown.
+        # results of a setting, and the progress can be shown.
+        @answered = true
         @progress.release
         search(result, server, tag, share_end, deadline) if calibrated
         result
       rescue ServerProcess::BootFailed => e
         return result if @interrupted
-        raise Fatal, e.message if first
+        raise Fatal, e.message unless @answered
 
         result.note = e.message
         say "#{tag}   #{e.message}"
@@ -112,9 +114,9 @@ module Tsubame
         return result if @interrupted
 
         message = e.message.delete_prefix("#{Load::PROGRAM_NAME}: ")
-        # On the first setting a failing client means bad arguments (a
-        # malformed targets file); later, only this setting is lost.
-        raise Fatal, message if first && server.alive?
+        # Before anything answered, a failing client means bad arguments
+        # (a malformed targets file); later, only this setting is lost.
+        raise Fatal, message if !@answered && server.alive?
 
         result.note = server.alive? ? message : "the server exited during the run: #{server.stderr_text.lines.last&.strip}"
         say "#{tag}   #{result.note}"
