@@ -14,6 +14,10 @@ class TuneTest < Minitest::Test
   include Tsubame::TestHelpers
 
   HELLO = "run ->(_env) { [200, { 'content-type' => 'text/plain' }, ['hello']] }\n"
+  # 2 ms of waiting per request: about 500 req/s per thread, so a second
+  # thread doubles the capacity, and the rates stay low enough that the
+  # load generator and the server need little CPU on a busy machine.
+  WAITING = "run ->(_env) { sleep 0.002; [200, { 'content-type' => 'text/plain' }, ['waited']] }\n"
   # One thread that sleeps 50 ms per request: about 20 requests per second.
   SLOW = "run ->(_env) { sleep 0.05; [200, { 'content-type' => 'text/plain' }, ['slow']] }\n"
 
@@ -33,9 +37,9 @@ class TuneTest < Minitest::Test
 
   def test_table_recommendation_config_lines_and_html_chart
     in_tmpdir do |dir|
-      app = write_file(dir, "hello.ru", HELLO)
+      app = write_file(dir, "waiting.ru", WAITING)
       html = File.join(dir, "tune.html")
-      out, err, status = tune("--workers", "1", "--threads", "1,2", "--step-duration", "1s", "--budget", "15s",
+      out, err, status = tune("--workers", "1", "--threads", "1,2", "--step-duration", "1s", "--budget", "16s",
                               "--slo", "p95=1s", "--success", "99", "--html", html, app)
       assert_equal 0, status.exitstatus, err
       header = out.lines.find { |l| l.start_with?("setting") }

@@ -83,7 +83,7 @@ module Tsubame
       def unmeasured(result)
         return result.note if result.note
         return "interrupted before a step was measured" if result.steps.empty? && @results.interrupted
-        return "no time left for a step" if result.steps.empty?
+        return "no time left for a step (the settings before it used the budget)" if result.steps.empty?
 
         lowest = result.steps.min_by(&:rate)
         "no rate met the SLO (lowest tried #{Format.rate(lowest.rate)} req/s: #{lowest.miss})"

@@ -153,11 +153,16 @@ module Tsubame
       def search(result, server, tag, share_end, deadline)
         search = Search.new(start: result.calibration.throughput * START_SHARE)
         timeout = Load.timeout_for(@slo.max_ms)
+        pause = 0
         while (rate = search.next_rate)
           duration = step_duration(rate)
-          now = monotonic
+          # The setting's share is checked with what a step usually takes,
+          # the whole budget with the most it can take (every request
+          # waiting for the timeout).
+          now = monotonic + pause
           break if now + duration + STEP_OVERHEAD > share_end || now + duration + timeout + STEP_OVERHEAD > deadline
 
+          sleep pause
           step = measure_step(server, rate, duration, timeout)
           return if @interrupted
 
@@ -168,7 +173,7 @@ module Tsubame
             result.note = "the server exited at #{Format.rate(rate)} req/s"
             return say("#{tag}   #{result.note}")
           end
-          sleep PAUSE_AFTER_MISS unless step.met?
+          pause = step.met? ? 0 : PAUSE_AFTER_MISS
         end
         say best_line(tag, result)
       end
@@ -190,10 +195,10 @@ module Tsubame
       def miss(measurement, duration)
         miss = @slo.miss(success_percent: measurement.success_percent, latency_ms: measurement.latency_ms)
         return miss if miss
-        # A queue that grows by a quarter of the tightest limit within one
-        # step would break the SLO if the rate lasted.
+        # A queue that grows by a tenth of the tightest limit within one
+        # short step would break the SLO if the rate lasted a little longer.
         return "latency still rising at the end of the step (a queue building up)" if
-          measurement.latency_rising?(duration, @slo.limits.values.min / 4)
+          measurement.latency_rising?(duration, @slo.limits.values.min / 10)
 
         nil
       end
