@@ -135,7 +135,7 @@ module Tsubame
 
         y = scale.y(p95_limit)
         out << %(<line x1="#{LEFT}" y1="#{y}" x2="#{LEFT + scale.width}" y2="#{y}" stroke="#d62728" stroke-dasharray="6 4"/>)
-        out << %(<text x="#{LEFT + scale.width - 4}" y="#{y - 4}" text-anchor="end" fill="#d62728">SLO p95 #{escape(Format.ms(p95_limit))}</text>)
+        out << %(<text x="#{LEFT + 4}" y="#{y - 4}" fill="#d62728">SLO p95 #{escape(Format.ms(p95_limit))}</text>)
       end
 
       def line(out, scale, series, colour, index)
