@@ -196,6 +196,8 @@ class TuneUnitTest < Minitest::Test
     assert_equal 40, Tune::Load.connections_for(100, 200, 1)
     assert_equal 20, Tune::Load.connections_for(1, 200, 10)
     assert_equal 256, Tune::Load.connections_for(100_000, 200, 1)
+    # More app threads than the cap: each still gets two connections.
+    assert_equal 320, Tune::Load.connections_for(100_000, 200, 160)
     assert_in_delta 1.0, Tune::Load.timeout_for(50)
     assert_in_delta 1.6, Tune::Load.timeout_for(800)
     assert_in_delta 10.0, Tune::Load.timeout_for(60_000)

@@ -146,7 +146,8 @@ module Tsubame
       # twice over, and at least two per app thread.
       def self.connections_for(rate, slo_ms, app_threads)
         wanted = (rate * slo_ms / 1000.0 * 2).ceil
-        wanted.clamp([MIN_CONNECTIONS, app_threads * 2].max, MAX_CONNECTIONS)
+        least = [MIN_CONNECTIONS, app_threads * 2].max
+        wanted.clamp(least, [MAX_CONNECTIONS, least].max)
       end
 
       def self.timeout_for(slo_ms)
