@@ -334,4 +334,33 @@ class TuneUnitTest < Minitest::Test
     refute timeline_measurement(([10.0] * 20) + ([500.0] * 10)).latency_rising?(2.0, 10)
     refute timeline_measurement([10.0, 90.0, 90.0]).latency_rising?(0.3, 10)
   end
+
+  def test_load_arguments_for_paths_targets_and_headers
+    in_tmpdir do |dir|
+      one = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/users?page=2"], targets: nil,
+                           headers: ["X-A: 1"], dir: dir)
+      assert_equal ["-q", "--json", "-t", "1", "-r", "50", "-H", "X-A: 1", "http://127.0.0.1:5/users?page=2"],
+                   one.arguments(["-r", "50"])
+      two = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/a", "/b"], targets: nil, headers: [], dir: dir)
+      file = File.join(dir, "paths.targets")
+      assert_equal ["-q", "--json", "-t", "1", "--targets", file, "http://127.0.0.1:5/"], two.arguments([])
+      assert_equal "GET /a\nGET /b\n", File.read(file)
+      mine = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/"], targets: "mix.txt", headers: [], dir: dir)
+      assert_equal ["-q", "--json", "-t", "1", "--targets", "mix.txt", "http://127.0.0.1:5/"], mine.arguments([])
+    end
+  end
+
+  def test_server_arguments
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      config = write_file(dir, "puma.rb", "before_fork { }\n")
+      plain = Tune::ServerProcess.new(Tune::Setting.new(workers: 2, threads: 3), Tune::TuneOptions.new([app]), dir: dir)
+      assert_equal ["-b", "tcp://127.0.0.1:0", "-C", "-", "-e", "production", "--drain-timeout", "2",
+                    "-w", "2", "-t", "3:3", app], plain.args
+      options = Tune::TuneOptions.new(["-C", config, "-e", "staging", app])
+      configured = Tune::ServerProcess.new(Tune::Setting.new(workers: 1, threads: 5), options, dir: dir)
+      assert_equal ["-b", "tcp://127.0.0.1:0", "-C", config, "-e", "staging", "--drain-timeout", "2",
+                    "-w", "0", "-t", "5:5", app], configured.args
+    end
+  end
 end

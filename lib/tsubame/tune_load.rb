@@ -154,6 +154,15 @@ module Tsubame
         (slo_ms * TIMEOUT_TIMES_SLO / 1000.0).clamp(MIN_TIMEOUT, MAX_TIMEOUT)
       end
 
+      # The binary's arguments for a run with `load_args` (rate, duration...):
+      # one client thread, to leave the cores to the server.
+      def arguments(load_args)
+        args = ["-q", "--json", "-t", "1", *load_args]
+        @headers.each { |h| args.push("-H", h) }
+        args.push("--targets", @targets) if @targets
+        args << "#{@url}#{@path}"
+      end
+
       private
 
       def run(load_args, offered:)
@@ -161,7 +170,7 @@ module Tsubame
 
         out = File.join(@dir, "bench.json")
         err = File.join(@dir, "bench.err")
-        @pid = Process.spawn([@bench, PROGRAM_NAME], *argv(load_args), out: out, err: err, in: File::NULL, pgroup: true)
+        @pid = Process.spawn([@bench, PROGRAM_NAME], *arguments(load_args), out: out, err: err, in: File::NULL, pgroup: true)
         status = wait
         raise Failed, error_line(err, status) unless status.success?
 
@@ -180,13 +189,6 @@ module Tsubame
           end
           sleep 0.02
         end
-      end
-
-      def argv(load_args)
-        args = ["-q", "--json", "-t", "1", *load_args]
-        @headers.each { |h| args.push("-H", h) }
-        args.push("--targets", @targets) if @targets
-        args << "#{@url}#{@path}"
       end
 
       def error_line(err, status)
