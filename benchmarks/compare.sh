@@ -101,6 +101,8 @@ for word in "$ROUNDS" "$DURATION" "$WARMUP" "$THREADS" "$CONNECTIONS" "$CLIENT_T
 done
 (( ROUNDS > 0 && DURATION > 0 )) || fail "ROUNDS and DURATION must be at least 1"
 
+# The machine may be shared: the load average is recorded at both ends.
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p "$OUT/runs" "$OUT/logs"
 rm -f "$OUT"/runs/*.json "$OUT"/logs/*.log "$OUT/runs.tsv"
 printf "app\tsize_kib\tsocket\tserver\tround\treq_s\tp99_ms\tfailed\n" > "$OUT/runs.tsv"
@@ -200,6 +202,8 @@ done
   echo "threads=$THREADS"
   echo "thin_threaded=$THIN_THREADED"
   echo "cores=$(nproc)"
+  echo "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+  echo "load_start=$LOAD_START"
   echo "load=$(cut -d' ' -f1-3 /proc/loadavg)"
   echo "puma=$(puma --version 2>/dev/null | head -1 || true)"
   echo "thin=$(thin --version 2>/dev/null | head -1 || true)"

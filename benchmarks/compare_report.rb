@@ -136,7 +136,18 @@ module CompareReport
       thin = @meta["thin_threaded"] == "1" ? "Thin --threaded --threadpool-size #{@meta["threads"]}" : "Thin default (one app thread)"
       "tsubame bench -c#{@meta["connections"]} -t#{@meta["client_threads"]}, #{@meta["duration"]} s per run, " \
         "median of #{rounds} round(s); Tsubame/Puma -t #{@meta["threads"]}:#{@meta["threads"]}, #{thin}, " \
-        "WEBrick one thread per connection; #{@meta["cores"]} cores, load #{@meta["load"]} at the end, #{@meta["date"]}"
+        "WEBrick one thread per connection; #{machine}, #{load}, #{@meta["date"]}"
+    end
+
+    def machine
+      cpu = @meta["cpu"].to_s.strip
+      "#{@meta["cores"]} cores#{" (#{cpu})" unless cpu.empty?}"
+    end
+
+    # Load average (1, 5, 15 min) when the run started and when it ended.
+    def load
+      start = @meta["load_start"]
+      start ? "load #{start} at the start, #{@meta["load"]} at the end" : "load #{@meta["load"]} at the end"
     end
 
     def text

@@ -6,6 +6,7 @@ require "tsubame/bench"
 require "tsubame/bind_uri"
 require "tsubame/config_loader"
 require "tsubame/launcher"
+require "tsubame/tune"
 
 module Tsubame
   # `tsubame [options] [rackup file]`, with Puma's flags and meanings.
@@ -26,6 +27,7 @@ module Tsubame
     # Returns the process exit status.
     def run
       return Bench.run(@argv.drop(1), stderr: @stderr, env: @env) if @argv.first == "bench"
+      return Tune::Command.new(@argv.drop(1), stdout: @stdout, stderr: @stderr, env: @env).run if @argv.first == "tune"
 
       catch(:exit) do
         parse
