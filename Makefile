@@ -72,7 +72,7 @@ run: deps build
 # the exit status is still non-zero if either failed.
 test: deps build h2spec-install
 	@status=0; \
-	cargo test -p tsubame-engine -p tsubame-bench --release || status=1; \
+	cargo test -p tsubame-engine -p tsubame-bench --release --features tsubame-engine/fuzzing || status=1; \
 	$(RUBY_TESTS) || status=1; \
 	exit $$status
 

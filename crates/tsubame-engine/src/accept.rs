@@ -15,24 +15,21 @@
 //! returned), hence `AsyncFd` instead of tokio's listener types.
 
 use crate::queue::JobQueue;
+use crate::sys::OwnedListener;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 
-pub(crate) struct Acceptor<L: AsRawFd> {
+pub(crate) struct Acceptor<L: OwnedListener> {
     fd: AsyncFd<L>,
     busy_delay: Option<Duration>,
 }
 
-impl<L: AsRawFd> Acceptor<L> {
+impl<L: OwnedListener> Acceptor<L> {
     /// `listener` must be non-blocking. Needs a tokio runtime context.
     pub fn new(listener: L, busy_delay: Option<Duration>) -> io::Result<Self> {
-        // SAFETY: `L` is a std listener, which owns its descriptor and
-        // always reports that same one until it is dropped with the AsyncFd.
-        let fd = unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }.map_err(io::Error::from)?;
+        let fd = crate::sys::register_readable(listener)?;
         Ok(Acceptor { fd, busy_delay })
     }
 

@@ -17,7 +17,7 @@ use crate::error::BindError;
 use crate::tls::{TlsListener, TlsSettings, VerifyMode};
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
@@ -253,14 +253,7 @@ impl BindSpec {
 /// Listens on a duplicate of the inherited descriptor `fd`, which must be a
 /// listening stream socket (TCP or UNIX).
 fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>, h2c: bool) -> std::io::Result<Bound> {
-    // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags; it fails
-    // with EBADF, touching nothing, when fd is not open.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd was just checked to be open, and the borrow ends within
-    // this call, before anything here could close it.
-    let owned = unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+    let owned = crate::sys::duplicate(fd)?;
     let socket = Socket::from(owned);
     let not_a_listener = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a listening stream socket");
     if socket.r#type()? != Type::STREAM || !socket.is_listener()? {

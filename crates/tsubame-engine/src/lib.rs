@@ -4,6 +4,8 @@
 //! The Ruby binding (`ext/tsubame_native`) is the only consumer of the
 //! queue in production; the tests in this crate play the application.
 
+#![deny(unsafe_code)]
+
 mod accept;
 pub mod bind;
 pub mod body;
@@ -29,6 +31,8 @@ mod rewind;
 pub mod server;
 pub mod stats;
 pub mod stream_channel;
+#[allow(unsafe_code)]
+mod sys;
 pub mod timeouts;
 pub mod tls;
 

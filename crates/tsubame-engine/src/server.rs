@@ -353,13 +353,7 @@ impl Engine {
 /// I/O threads block them all so the kernel never picks one of them to run
 /// Ruby's signal handler on.
 fn block_signals() {
-    // SAFETY: sigfillset initialises the set it is given, and
-    // pthread_sigmask only changes this thread's mask.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut set);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    crate::sys::block_all_signals();
 }
 
 /// How often the watcher looks at a queue that has jobs in it.
@@ -406,15 +400,10 @@ fn config_error(e: PatternError) -> BindError {
 /// Enough connections to use most of the descriptor limit, leaving room
 /// for the app's own files and sockets.
 fn default_max_connections() -> u64 {
-    // SAFETY: getrlimit writes into the struct it is given and nothing else.
-    let soft = unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 1024;
-        }
-        limit.rlim_cur
-    };
-    soft.saturating_sub(128).max(16)
+    crate::sys::open_files_soft_limit()
+        .unwrap_or(1024)
+        .saturating_sub(128)
+        .max(16)
 }
 
 fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {

@@ -1,0 +1,67 @@
+//! The engine's only `unsafe` code: the few OS calls that neither std nor
+//! tokio offers as safe functions. Every function here is safe to call;
+//! the comment at each `unsafe` block says why the call inside is sound.
+//! The rest of the crate is compiled with `deny(unsafe_code)`.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for std::net::TcpListener {}
+    impl Sealed for std::os::unix::net::UnixListener {}
+}
+
+/// A listener that owns its descriptor and reports that same descriptor
+/// until it is dropped: what tokio's `AsyncFd` registration requires.
+/// Sealed, so only std's own listener types qualify.
+pub trait OwnedListener: AsRawFd + sealed::Sealed {}
+impl OwnedListener for std::net::TcpListener {}
+impl OwnedListener for std::os::unix::net::UnixListener {}
+
+/// Registers `listener` with the current tokio reactor for readability.
+/// Needs a runtime context.
+pub(crate) fn register_readable<L: OwnedListener>(listener: L) -> io::Result<AsyncFd<L>> {
+    // SAFETY: `L` is a std listener (the trait is sealed): it owns its
+    // descriptor, which stays open and the same until the listener is
+    // dropped, and the AsyncFd owns the listener, so the registration never
+    // outlives the descriptor.
+    unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) }.map_err(io::Error::from)
+}
+
+/// A new descriptor for whatever the inherited descriptor `fd` refers to,
+/// or EBADF if `fd` is not open.
+pub(crate) fn duplicate(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl(F_GETFD) only reads the descriptor's flags; it fails
+    // with EBADF, touching nothing, when fd is not open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just checked to be open, and the borrow ends within
+    // this call (the duplicate is a new descriptor), before anything here
+    // could close it.
+    unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
+}
+
+/// Blocks every signal on the calling thread.
+pub(crate) fn block_all_signals() {
+    // SAFETY: sigfillset initialises the set it is given, and
+    // pthread_sigmask only changes the calling thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// The soft limit on open descriptors, if the kernel tells it.
+pub(crate) fn open_files_soft_limit() -> Option<u64> {
+    // SAFETY: getrlimit writes into the struct it is given and nothing
+    // else; a zeroed rlimit is a valid value of that plain C struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0).then_some(limit.rlim_cur)
+    }
+}
