@@ -17,6 +17,7 @@ require "tsubame/worker_link"
 require "tsubame/run_files"
 require "tsubame/process_info"
 require "tsubame/restart_file"
+require "tsubame/clock"
 
 module Tsubame
   # Cluster mode's master process. It binds the listeners, forks `workers`
@@ -26,6 +27,8 @@ module Tsubame
   # thread, woken by signals (through a self-pipe), by messages from the
   # workers, and by a short tick for timeouts.
   class Cluster
+    include Clock
+
     SIGNALS = %w[TERM INT USR1 USR2 TTIN TTOU HUP CHLD].freeze
 
     # The loop's longest sleep: bounds how late a timeout is noticed. Deaths
@@ -632,10 +635,6 @@ module Tsubame
         queue.empty? ? sleep(0.01) : replies << queue.pop
       end
       replies
-    end
-
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -1,9 +1,13 @@
 # frozen_string_literal: true
 
+require "tsubame/clock"
+
 module Tsubame
   # `plugin :tmp_restart`: touching tmp/restart.txt (as `rails restart`
   # does) restarts the server the way USR2 does.
   class RestartFile
+    include Clock
+
     PATH = "tmp/restart.txt"
 
     # Looked at no more often than this: the check is a stat on every tick.
@@ -12,13 +16,13 @@ module Tsubame
     def initialize(path = File.expand_path(PATH))
       @path = path
       @mtime = mtime
-      @checked_at = now
+      @checked_at = monotonic
     end
 
     def touched?
-      return false if now - @checked_at < INTERVAL
+      return false if monotonic - @checked_at < INTERVAL
 
-      @checked_at = now
+      @checked_at = monotonic
       current = mtime
       changed = current && current != @mtime
       @mtime = current
@@ -31,10 +35,6 @@ module Tsubame
       File.mtime(@path)
     rescue SystemCallError
       nil
-    end
-
-    def now
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

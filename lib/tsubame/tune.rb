@@ -10,6 +10,7 @@ require "tsubame/tune_options"
 require "tsubame/tune_progress"
 require "tsubame/tune_report"
 require "tsubame/tune_runner"
+require "tsubame/clock"
 
 module Tsubame
   # `tsubame tune [options] APP.ru`: runs the app under Tsubame at a grid
@@ -22,6 +23,8 @@ module Tsubame
 
     # The command: checks the arguments, measures, prints the report.
     class Command
+      include Clock
+
       PREFIX = "tsubame tune: "
 
       def initialize(argv, stdout: $stdout, stderr: $stderr, env: ENV)
@@ -126,10 +129,6 @@ module Tsubame
         return INTERRUPTED if results.interrupted
 
         report.recommended ? 0 : NO_SETTING_MET
-      end
-
-      def monotonic
-        Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
     end
   end

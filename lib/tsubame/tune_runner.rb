@@ -6,6 +6,7 @@ require "tsubame/tune_load"
 require "tsubame/tune_result"
 require "tsubame/tune_search"
 require "tsubame/tune_server"
+require "tsubame/clock"
 
 module Tsubame
   module Tune
@@ -15,6 +16,8 @@ module Tsubame
     # then offers open-loop rates chosen by Search until the share is used
     # or the search has converged, and stops the server.
     class Runner
+      include Clock
+
       # The closed-loop estimate lasts the step duration, at most this.
       CALIBRATION_MAX = 1.0
       CALIBRATION_CONNECTIONS = 16
@@ -241,10 +244,6 @@ module Tsubame
       def say(line)
         @progress.line(line)
         nil
-      end
-
-      def monotonic
-        Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
     end
   end

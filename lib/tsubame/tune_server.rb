@@ -3,6 +3,7 @@
 require "rbconfig"
 require "tsubame/errors"
 require "tsubame/process_info"
+require "tsubame/clock"
 
 module Tsubame
   module Tune
@@ -11,6 +12,8 @@ module Tsubame
     # share, so stopping it can reach every process it made even if the
     # master dies first: nothing it started outlives `tsubame tune`.
     class ServerProcess
+      include Clock
+
       EXE = File.expand_path("../../exe/tsubame", __dir__)
       BOOT_TIMEOUT = 60.0
       # TERM, then after this long KILL to the whole process group.
@@ -136,10 +139,6 @@ module Tsubame
         Process.kill(name, pid)
       rescue Errno::ESRCH, Errno::EPERM
         nil
-      end
-
-      def monotonic
-        Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
     end
   end

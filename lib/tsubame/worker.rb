@@ -3,12 +3,15 @@
 require "tsubame/app_loader"
 require "tsubame/hooks"
 require "tsubame/log_redirect"
+require "tsubame/clock"
 
 module Tsubame
   # One cluster worker, running in the child the master forked: loads the
   # app (unless the master preloaded it), serves the inherited listeners
   # with its own engine and thread pool, and checks in with the master.
   class Worker
+    include Clock
+
     # Signals meant for the master that may reach a worker too, e.g. sent
     # to the whole process group. A Ruby handler that does nothing, rather
     # than "IGNORE", because ignored signals stay ignored in programs the
@@ -131,10 +134,6 @@ module Tsubame
       Thread.list.map do |thread|
         { "name" => thread.name || thread.inspect, "backtrace" => thread.backtrace || [] }
       end
-    end
-
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -1,10 +1,13 @@
 # frozen_string_literal: true
 
 require "time"
+require "tsubame/clock"
 
 module Tsubame
   # The master's record of one worker process.
   class WorkerHandle
+    include Clock
+
     attr_reader :pid, :index, :phase, :link, :started_at, :booted_at, :last_checkin, :last_status,
                 :stop_deadline, :stop_reason
     attr_accessor :rss_mb, :replacement, :replaces
@@ -18,7 +21,7 @@ module Tsubame
       @phase = phase
       @link = link
       @adopted = adopted
-      @started_at = now
+      @started_at = monotonic
       @started_wall = Time.now
       @booted_at = nil
       @last_checkin = nil
@@ -69,28 +72,28 @@ module Tsubame
     end
 
     def booted!
-      @booted_at = now
+      @booted_at = monotonic
       checked_in!
     end
 
     def checked_in!(status = nil)
-      @last_checkin = now
+      @last_checkin = monotonic
       @last_checkin_wall = Time.now
       @last_status = status if status
     end
 
     def stopping!(reason, deadline)
       @stop_reason = reason
-      @stop_deadline = now + deadline
+      @stop_deadline = monotonic + deadline
     end
 
     def boot_seconds
-      booted? ? @booted_at - @started_at : now - @started_at
+      booted? ? @booted_at - @started_at : monotonic - @started_at
     end
 
     # Seconds since the worker was last heard from (its boot counts).
     def silent_for
-      now - (@last_checkin || @started_at)
+      monotonic - (@last_checkin || @started_at)
     end
 
     # Threads still running a request past request_timeout_grace: the
@@ -123,9 +126,5 @@ module Tsubame
     end
 
     private
-
-    def now
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
   end
 end
