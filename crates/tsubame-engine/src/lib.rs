@@ -19,6 +19,7 @@ mod h2;
 pub mod health;
 pub mod histogram;
 pub mod job;
+mod linger;
 pub mod log;
 pub mod options;
 pub mod parse;

@@ -1,0 +1,56 @@
+//! Lingering close: after an early answer (413, a 500 for an upload that
+//! could not be stored, a 400 or 408 with the body still arriving) the
+//! client may still be sending. Closing a socket with unread bytes makes
+//! the kernel answer with a RST, and a client that writes its whole body
+//! before it reads (most do, Net::HTTP and curl without `Expect` among
+//! them) fails on the write and never sees the answer. Reading and
+//! dropping what still arrives, for a bounded time and amount, lets it
+//! finish and read the answer. HTTP/2 drains a refused stream with the
+//! same bounds (`h2.rs`).
+
+use crate::connection::{ClientIo, READ_CHUNK};
+use crate::server::Shared;
+use bytes::BytesMut;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::time::{timeout_at, Instant};
+
+/// How much is read and thrown away at most. A client blocked writing its
+/// body needs the rest of it taken before it turns to read; a few MiB
+/// covers the uploads a limit usually refuses (a form, an image) without
+/// letting a refused client waste much bandwidth. Past it the close resets.
+pub(crate) const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+/// How long at most: long enough for a loopback or LAN client to send
+/// `LINGER_BYTES`, short enough that a client which neither sends nor
+/// closes holds its connection slot (and descriptor) only briefly.
+pub(crate) const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Reads and drops incoming bytes until the client closes, `LINGER_BYTES`
+/// or `LINGER_TIME` are used up, a read fails, or the server stops (a
+/// stopping server does not wait on refused clients). The write side must
+/// already be shut down, so the client has the answer and its end.
+/// `buf` is the connection's read buffer; whatever it held is dropped.
+pub(crate) async fn linger<T: ClientIo>(io: &mut T, buf: &mut BytesMut, shared: &Shared) {
+    let stop = shared.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
+    if shared.is_stopping() {
+        return;
+    }
+    let deadline = Instant::now() + LINGER_TIME;
+    let mut left = LINGER_BYTES;
+    loop {
+        buf.clear();
+        buf.reserve(READ_CHUNK);
+        let read = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            read = timeout_at(deadline, io.read_buf(buf)) => read,
+        };
+        match read {
+            Ok(Ok(n)) if n > 0 && n < left => left -= n,
+            _ => return,
+        }
+    }
+}
