@@ -5,6 +5,7 @@
 //! queue in production; the tests in this crate play the application.
 
 mod accept;
+mod accept_log;
 pub mod bind;
 pub mod body;
 pub mod chunked;

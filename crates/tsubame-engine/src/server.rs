@@ -2,6 +2,7 @@
 //! own threads started later, accept loops, and a graceful stop.
 
 use crate::accept::Acceptor;
+use crate::accept_log::AcceptFailures;
 use crate::bind::{BindSpec, Bound, Listener};
 use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo, READ_CHUNK};
@@ -424,11 +425,20 @@ fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
 }
 
 /// Out of descriptors or memory: pause accepting briefly instead of
-/// spinning on an error that will repeat at once.
-async fn accept_failed(err: std::io::Error, shared: &Shared) {
+/// spinning on an error that will repeat at once. Counted every time,
+/// logged within a rate limit (see `accept_log`).
+async fn accept_failed(err: std::io::Error, failures: &mut AcceptFailures, shared: &Shared) {
     Stats::bump(&shared.stats.accept_errors);
-    log::error(&format!("accept failed: {err}"));
+    if let Some(line) = failures.failed(&err, std::time::Instant::now()) {
+        log::error(&line);
+    }
     tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+fn accepted_ok(failures: &mut AcceptFailures) {
+    if let Some(line) = failures.succeeded() {
+        log::warn(&line);
+    }
 }
 
 /// What a listener speaks; decided once per listener, so a plain HTTP/1
@@ -458,19 +468,21 @@ async fn accept_tcp(
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
+    let mut failures = AcceptFailures::default();
     while !shared.is_stopping() {
         tokio::select! {
             biased;
             _ = &mut stop => break,
             accepted = listener.accept(&shared.queue) => match accepted {
                 Ok((stream, peer)) => {
+                    accepted_ok(&mut failures);
                     if shared.opts.tcp_nodelay {
                         let _ = stream.set_nodelay(true);
                     }
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
                     dispatch(stream, conn, &protocol, &shared);
                 }
-                Err(err) => accept_failed(err, &shared).await,
+                Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
         }
     }
@@ -486,17 +498,19 @@ async fn accept_unix(
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
+    let mut failures = AcceptFailures::default();
     while !shared.is_stopping() {
         tokio::select! {
             biased;
             _ = &mut stop => break,
             accepted = listener.accept(&shared.queue) => match accepted {
                 Ok(stream) => {
+                    accepted_ok(&mut failures);
                     // A UNIX peer has no address; Puma reports loopback too.
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
                     dispatch(stream, conn, &protocol, &shared);
                 }
-                Err(err) => accept_failed(err, &shared).await,
+                Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
         }
     }
