@@ -54,3 +54,69 @@ pub(crate) async fn linger<T: ClientIo>(io: &mut T, buf: &mut BytesMut, shared: 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::EngineOptions;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("addr"))
+            .await
+            .expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        (server, client)
+    }
+
+    /// Writes `total` bytes (or until the write fails); returns how many went out.
+    fn send(mut client: TcpStream, total: usize, close: bool) -> tokio::task::JoinHandle<usize> {
+        tokio::spawn(async move {
+            let chunk = vec![b'x'; 64 * 1024];
+            let mut sent = 0;
+            while sent < total {
+                match client.write(&chunk[..chunk.len().min(total - sent)]).await {
+                    Ok(n) => sent += n,
+                    Err(_) => return sent,
+                }
+            }
+            if close {
+                let _ = client.shutdown().await;
+            } else {
+                // Stay open, so only the byte bound can end the linger.
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            sent
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ends_at_the_clients_eof() {
+        let shared = Shared::new(EngineOptions::default(), None);
+        let (mut server, client) = pair().await;
+        let writer = send(client, 300 * 1024, true);
+        let started = std::time::Instant::now();
+        linger(&mut server, &mut BytesMut::new(), &shared).await;
+        assert!(started.elapsed() < LINGER_TIME, "{:?}", started.elapsed());
+        assert_eq!(writer.await.ok(), Some(300 * 1024), "every byte was taken");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ends_after_the_byte_budget() {
+        let shared = Shared::new(EngineOptions::default(), None);
+        let (mut server, client) = pair().await;
+        let writer = send(client, 64 * 1024 * 1024, false);
+        let started = std::time::Instant::now();
+        let mut buf = BytesMut::new();
+        linger(&mut server, &mut buf, &shared).await;
+        assert!(started.elapsed() < LINGER_TIME, "{:?}", started.elapsed());
+        drop(server);
+        let sent = writer.await.unwrap_or(0);
+        // The budget was read; the writer was then cut off well short of 64 MiB.
+        assert!(sent >= LINGER_BYTES, "{sent}");
+        assert!(sent < 64 * 1024 * 1024, "{sent}");
+        assert!(buf.capacity() <= READ_CHUNK * 4, "reads reuse one buffer");
+    }
+}
