@@ -119,4 +119,28 @@ mod tests {
         assert!(sent < 64 * 1024 * 1024, "{sent}");
         assert!(buf.capacity() <= READ_CHUNK * 4, "reads reuse one buffer");
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stop_ends_it_and_a_stopping_server_does_not_start_it() {
+        let shared = std::sync::Arc::new(Shared::new(EngineOptions::default(), None));
+        let (mut server, _client) = pair().await;
+        let stopper = shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            stopper.begin_stop_for_test();
+        });
+        // The client neither sends nor closes: only the stop ends the wait.
+        let started = std::time::Instant::now();
+        linger(&mut server, &mut BytesMut::new(), &shared).await;
+        assert!(started.elapsed() < LINGER_TIME / 2, "{:?}", started.elapsed());
+
+        let (mut server, _client) = pair().await;
+        let started = std::time::Instant::now();
+        linger(&mut server, &mut BytesMut::new(), &shared).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
+    }
 }

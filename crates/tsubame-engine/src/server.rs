@@ -85,6 +85,15 @@ impl Shared {
     }
 }
 
+#[cfg(test)]
+impl Shared {
+    /// What `Engine::stop` does to the connections, without an engine.
+    pub(crate) fn begin_stop_for_test(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.stop_notify.notify_waiters();
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOutcome {
     /// Every connection finished its request and closed.
