@@ -60,6 +60,7 @@ pub fn serve_in_memory(input: &[u8], write_sizes: &[usize], opts: EngineOptions)
             server_name: "fuzz".into(),
             server_port: 80,
             url_scheme: "http",
+            trust_forwarded_proto: false,
         }),
     });
     let output = runtime.block_on(async {
@@ -84,7 +85,11 @@ pub fn serve_in_memory(input: &[u8], write_sizes: &[usize], opts: EngineOptions)
             let _ = from_server.read_to_end(&mut out).await;
             out
         };
-        let ((), (), out) = tokio::join!(serve(server, conn, shared.clone()), writer, reader);
+        let ((), (), out) = tokio::join!(
+            serve(server, conn, shared.clone(), bytes::BytesMut::new()),
+            writer,
+            reader
+        );
         app.abort();
         out
     });
