@@ -63,6 +63,65 @@ class HttpLimitsTest < Minitest::Test
     assert_equal ["POST /echo", "POST /echo"], seen(server)
   end
 
+  # A client that writes its whole body before it reads, and gives up when
+  # a write fails (curl without Expect, most HTTP libraries), still gets the
+  # 413 the server sent while it was writing: the server reads and drops
+  # the rest of the body before it closes, so the close is not a reset that
+  # fails the client's write. (Net::HTTP would hide the difference: it
+  # reads the response after EPIPE.)
+  def test_a_client_still_sending_a_refused_body_reads_the_413
+    probe(args: ["--max-body-size", "1000"]) do |s|
+      3.times do
+        client = small_send_buffer(conn(s))
+        client.write(request("POST", "/echo", {}, "b" * (3 * 1024 * 1024)))
+        response = client.read_response
+        assert_equal "HTTP/1.1 413 Content Too Large", response.status_line
+        assert_equal "close", response["connection"]
+        assert response.body.start_with?("413 Content Too Large\n"), response.body
+        assert_equal :eof, client.wait_close
+      ensure
+        client&.close
+      end
+      assert_equal [], seen(s)
+    end
+  end
+
+  # The draining is bounded: a client that goes on sending is cut off (its
+  # write fails) once a few MiB were dropped, instead of holding the
+  # connection for as long as it likes.
+  def test_a_client_that_never_stops_sending_after_a_413_is_cut_off
+    probe(args: ["--max-body-size", "1000"]) do |s|
+      client = small_send_buffer(conn(s))
+      client.write("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 100000000000\r\n\r\n")
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      sent = 0
+      chunk = "c" * 65_536
+      assert_raises(Errno::EPIPE, Errno::ECONNRESET) do
+        loop do
+          sent += client.sock.write(chunk)
+          break if Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > 20
+        end
+      end
+      elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      # 4 MiB are read and dropped; the socket buffers hold far less.
+      assert_operator sent, :>, 4 * 1024 * 1024, "the server drained before closing"
+      assert_operator sent, :<, 16 * 1024 * 1024
+      assert_operator elapsed, :<, 10, "cut off after the drain's bounds"
+      assert_equal [], seen(s)
+    ensure
+      client&.close
+    end
+  end
+
+  # Loopback lets the kernel buffer megabytes a client writes (send
+  # buffers grow to 4 MiB here), which would hide whether the server reads
+  # them; a fixed small send buffer keeps in flight what a real network
+  # path would.
+  def small_send_buffer(client)
+    client.sock.setsockopt(Socket::SOL_SOCKET, Socket::SO_SNDBUF, 64 * 1024)
+    client
+  end
+
   def test_expect_100_continue_with_a_body_over_the_limit_gets_413_instead
     probe(args: ["--max-body-size", "1000"]) do |s|
       client = conn(s, timeout: 3)

@@ -6,8 +6,9 @@ require_relative "chaos_support"
 # engine derives max_connections from it and answers the excess with 503
 # (counted as shed connection_limit) instead of failing accept. With the
 # limit lowered under a running worker, accept fails with EMFILE: the
-# engine logs it, counts accept_errors, backs off, and the clients wait in
-# the backlog until descriptors are free again; none is lost.
+# engine logs it (at most a line a second), counts accept_errors, backs
+# off, and the clients wait in the backlog until descriptors are free
+# again; none is lost.
 class DescriptorsChaos < Minitest::Test
   include Tsubame::ChaosHelpers
 
@@ -54,6 +55,7 @@ class DescriptorsChaos < Minitest::Test
       limit = open + 6
       assert system("prlimit", "--pid", worker.to_s, "--nofile=#{limit}:#{limit}"), "prlimit"
       idle = Array.new(20) { raw_socket(s) }
+      out_at = monotonic
       s.wait_until(5, "accept to fail") { s.stderr.include?("accept failed: Too many open files") }
       # A client that arrives now waits in the backlog instead of failing.
       waiting = Thread.new do
@@ -69,11 +71,25 @@ class DescriptorsChaos < Minitest::Test
       idle.each(&:close)
       assert_equal ["200", worker], waiting.value, "served once descriptors were free"
       assert_equal worker, get_pid(s)
-      assert_total_eventually(true, "accept_errors counted") do
-        engine_total(s, "accept_errors", workers: 1).to_i.positive?
+      # Accepting again is logged with the number of failures since the
+      # last such line; a line due inside the rate limit waits for a later
+      # accept, hence the GETs. In the end every failure counted in
+      # accept_errors (reported at each check-in) is in the log.
+      s.wait_until(8, "the log to account for every accept_errors") do
+        get_pid(s)
+        logged = recovered_counts(s).sum
+        logged.positive? && logged == engine_total(s, "accept_errors", workers: 1)
       end
+      failed_lines = s.stderr.scan(/accept failed: Too many open files/).size
+      # Retried every 50 ms for over a second, logged at most once a second.
+      assert_operator recovered_counts(s).sum, :>, 2 * failed_lines, "failures are counted, not all logged"
+      assert_operator failed_lines, :<=, (monotonic - out_at).ceil + 1, "at most a line a second"
       assert s.alive?(worker), "the worker survived"
       assert_equal 0, s.stats["worker_deaths"]
     end
+  end
+
+  def recovered_counts(server)
+    server.stderr.scan(/accepting connections again after (\d+) failed accepts/).flatten.map(&:to_i)
   end
 end

@@ -4,9 +4,10 @@ require_relative "chaos_support"
 
 # Uploads spooled to a disk that fills up: large request bodies go to
 # unlinked temp files in upload_dir, here a 1 MiB tmpfs. An upload that does
-# not fit gets a 500 (or a reset, if the client is still sending when the
-# server closes), is logged and counted in spool_errors; uploads that fit,
-# and every other request, keep succeeding, and the space is given back.
+# not fit gets a 500 (the server reads and drops the rest of the body
+# before closing, so the client is not reset mid-upload), is logged and
+# counted in spool_errors; uploads that fit, and every other request, keep
+# succeeding, and the space is given back.
 class DiskFullChaos < Minitest::Test
   include Tsubame::ChaosHelpers
 
@@ -44,9 +45,7 @@ class DiskFullChaos < Minitest::Test
       end
       load.stop
 
-      outcomes.each do |outcome|
-        assert_includes [[500, true], :reset], outcome, "a 2 MiB upload into a 1 MiB disk"
-      end
+      assert_equal [[500, true]] * FAILING, outcomes, "2 MiB uploads into a 1 MiB disk"
       assert_equal [[200, "614400"]] * 3, fits, "uploads that fit are stored whole"
       assert_empty load.failures.map(&:detail)
       assert_operator load.ok.size, :>, 20
@@ -65,23 +64,23 @@ class DiskFullChaos < Minitest::Test
   end
 
   # [200, body] or [500, whether the body names the cause], or :reset when
-  # the server closed while the client was still sending.
+  # the server reset the connection before the client read an answer. The
+  # client writes the whole body, then reads, as most do; its send buffer
+  # is kept small so loopback cannot swallow the body whole (as a real
+  # network path would not), so a server that stopped reading would fail
+  # the write.
   def upload(server, size)
     socket = raw_socket(server)
+    socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_SNDBUF, 64 * 1024)
     socket.write("POST /upload HTTP/1.1\r\nHost: chaos\r\nContent-Length: #{size}\r\nConnection: close\r\n\r\n")
-    writer = Thread.new do
-      socket.write("u" * size)
-    rescue Errno::EPIPE, Errno::ECONNRESET
-      nil
-    end
+    socket.write("u" * size)
     response = server.read_all(socket, 15)
-    writer.join
     return :reset if response.empty?
 
     status = response[%r{\AHTTP/1\.1 (\d{3})}, 1].to_i
     body = response.split("\r\n\r\n", 2).last
     status == 500 ? [500, body.include?("request body could not be stored")] : [status, body]
-  rescue Errno::ECONNRESET
+  rescue Errno::ECONNRESET, Errno::EPIPE
     :reset
   ensure
     socket&.close

@@ -7,6 +7,7 @@ use crate::chunked::{ChunkedDecoder, Decoded};
 use crate::error::{HttpError, ShedReason};
 use crate::health;
 use crate::job::{ConnInfo, Job, JobState};
+use crate::linger::linger;
 use crate::log::{self, AccessEntry};
 use crate::parse::{parse_head, Framing, RequestHead};
 use crate::queue::{PushError, Pushed};
@@ -113,7 +114,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 }
                 return;
             }
-            Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
+            Err(ReadError::Http(e)) => return refuse(&mut io, &mut buf, &shared, &conn, e).await,
         };
         served += 1;
         let received_at = Instant::now();
@@ -121,7 +122,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             // Before any 100 Continue: a client that asked first must hear
             // the refusal instead of an invitation to send the body.
             if len > limit {
-                return refuse(&mut io, &shared, &conn, HttpError::PayloadTooLarge).await;
+                return refuse(&mut io, &mut buf, &shared, &conn, HttpError::PayloadTooLarge).await;
             }
         }
         if head.expect_continue
@@ -137,7 +138,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 Stats::bump(&shared.stats.client_disconnects);
                 return;
             }
-            Err(ReadError::Http(e)) => return refuse(&mut io, &shared, &conn, e).await,
+            Err(ReadError::Http(e)) => return refuse(&mut io, &mut buf, &shared, &conn, e).await,
         };
         if let Some(probe) = health::answer(&head, &shared) {
             // Probes are answered here and never reach the queue.
@@ -176,7 +177,14 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
             Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
             Err(Enqueue::Closed) => {
-                return refuse(&mut io, &shared, &conn, HttpError::Internal("server is shutting down")).await
+                return refuse(
+                    &mut io,
+                    &mut buf,
+                    &shared,
+                    &conn,
+                    HttpError::Internal("server is shutting down"),
+                )
+                .await
             }
         };
         while let Answer::Reply(Reply::Interim { head, next }) = answer {
@@ -208,6 +216,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 log::error("an application thread dropped a request without answering it");
                 return refuse(
                     &mut io,
+                    &mut buf,
                     &shared,
                     &conn,
                     HttpError::Internal("no response from the application"),
@@ -364,8 +373,9 @@ pub(crate) fn reply_status(reply: &Reply) -> u16 {
 }
 
 /// Answers a request the engine will not pass on, then closes: after a
-/// framing error nothing later on the connection can be trusted.
-async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error: HttpError) {
+/// framing error nothing later on the connection can be trusted. The close
+/// lingers (see `linger`) so a client still sending gets to read the answer.
+async fn refuse<T: ClientIo>(io: &mut T, buf: &mut BytesMut, shared: &Shared, conn: &ConnInfo, error: HttpError) {
     match error {
         HttpError::Unavailable(reason) => {
             // Under load: logged whatever log_requests says (see `shed`).
@@ -389,8 +399,13 @@ async fn refuse<T: ClientIo>(io: &mut T, shared: &Shared, conn: &ConnInfo, error
         ),
         other => error_response(other.status(), other.detail()),
     };
-    let _ = timeout(shared.opts.body_timeout, send(io, &bytes)).await;
-    let _ = io.shutdown().await;
+    if !matches!(timeout(shared.opts.body_timeout, send(io, &bytes)).await, Ok(Ok(()))) {
+        // The client does not take the answer: nothing to linger for.
+        return;
+    }
+    if io.shutdown().await.is_ok() {
+        linger(io, buf, shared).await;
+    }
 }
 
 /// Reads until a whole head is parsed. `Ok(None)` is a clean end: the client

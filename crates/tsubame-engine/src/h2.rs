@@ -14,6 +14,7 @@ use crate::connection::{accepts_json, await_reply, enqueue, reply_status, shed, 
 use crate::error::HttpError;
 use crate::health;
 use crate::job::{ConnInfo, Job, JobState};
+use crate::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::log::{self, AccessEntry};
 use crate::parse::{is_known_method, Framing, RequestHead, Version};
 use crate::queue::Pushed;
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
-use tokio::time::timeout;
+use tokio::time::{timeout, timeout_at};
 
 const FILE_CHUNK: usize = 64 * 1024;
 
@@ -281,18 +282,16 @@ async fn read_body(recv: &mut RecvStream, head: &RequestHead, shared: &Shared) -
     }
 }
 
-/// How much of a refused body is read and thrown away (see `drain`).
-const DRAIN_BUDGET: usize = 1024 * 1024;
-
 /// After an early answer (413, 408) the client may still be sending its
-/// body. Reading a bounded amount more lets it finish the upload and read
-/// the answer; otherwise the stream is reset under it (RST_STREAM
-/// NO_ERROR), which some clients (curl 7.88) report as an error instead of
-/// showing the response.
+/// body. Reading more, within the bounds an HTTP/1 connection lingers for
+/// (`linger.rs`), lets it finish the upload and read the answer; otherwise
+/// the stream is reset under it (RST_STREAM NO_ERROR), which some clients
+/// (curl 7.88) report as an error instead of showing the response.
 async fn drain(recv: &mut RecvStream) {
-    let mut budget = DRAIN_BUDGET;
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    let mut budget = LINGER_BYTES;
     while !recv.is_end_stream() {
-        match timeout(Duration::from_secs(1), recv.data()).await {
+        match timeout_at(deadline, recv.data()).await {
             Ok(Some(Ok(chunk))) => {
                 let _ = recv.flow_control().release_capacity(chunk.len());
                 match budget.checked_sub(chunk.len()) {

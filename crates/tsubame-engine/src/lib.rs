@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 mod accept;
+mod accept_log;
 pub mod bind;
 pub mod body;
 pub mod chunked;
@@ -21,6 +22,7 @@ mod h2;
 pub mod health;
 pub mod histogram;
 pub mod job;
+mod linger;
 pub mod log;
 pub mod options;
 pub mod parse;

@@ -2,6 +2,7 @@
 //! own threads started later, accept loops, and a graceful stop.
 
 use crate::accept::Acceptor;
+use crate::accept_log::AcceptFailures;
 use crate::bind::{BindSpec, Bound, Listener};
 use crate::body::SpoolGate;
 use crate::connection::{serve, ClientIo, READ_CHUNK};
@@ -81,6 +82,15 @@ impl Shared {
 
     pub fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+impl Shared {
+    /// What `Engine::stop` does to the connections, without an engine.
+    pub(crate) fn begin_stop_for_test(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.stop_notify.notify_waiters();
     }
 }
 
@@ -413,11 +423,20 @@ fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
 }
 
 /// Out of descriptors or memory: pause accepting briefly instead of
-/// spinning on an error that will repeat at once.
-async fn accept_failed(err: std::io::Error, shared: &Shared) {
+/// spinning on an error that will repeat at once. Counted every time,
+/// logged within a rate limit (see `accept_log`).
+async fn accept_failed(err: std::io::Error, failures: &mut AcceptFailures, shared: &Shared) {
     Stats::bump(&shared.stats.accept_errors);
-    log::error(&format!("accept failed: {err}"));
+    if let Some(line) = failures.failed(&err, std::time::Instant::now()) {
+        log::error(&line);
+    }
     tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+fn accepted_ok(failures: &mut AcceptFailures) {
+    if let Some(line) = failures.succeeded() {
+        log::warn(&line);
+    }
 }
 
 /// What a listener speaks; decided once per listener, so a plain HTTP/1
@@ -447,19 +466,21 @@ async fn accept_tcp(
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
+    let mut failures = AcceptFailures::default();
     while !shared.is_stopping() {
         tokio::select! {
             biased;
             _ = &mut stop => break,
             accepted = listener.accept(&shared.queue) => match accepted {
                 Ok((stream, peer)) => {
+                    accepted_ok(&mut failures);
                     if shared.opts.tcp_nodelay {
                         let _ = stream.set_nodelay(true);
                     }
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
                     dispatch(stream, conn, &protocol, &shared);
                 }
-                Err(err) => accept_failed(err, &shared).await,
+                Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
         }
     }
@@ -475,17 +496,19 @@ async fn accept_unix(
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
+    let mut failures = AcceptFailures::default();
     while !shared.is_stopping() {
         tokio::select! {
             biased;
             _ = &mut stop => break,
             accepted = listener.accept(&shared.queue) => match accepted {
                 Ok(stream) => {
+                    accepted_ok(&mut failures);
                     // A UNIX peer has no address; Puma reports loopback too.
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
                     dispatch(stream, conn, &protocol, &shared);
                 }
-                Err(err) => accept_failed(err, &shared).await,
+                Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
         }
     }
