@@ -159,33 +159,16 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let wants_json = accepts_json(&head);
         let keep_alive = head.keep_alive && !shared.is_stopping();
         let version = head.version;
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let state = Arc::new(JobState::new(shared.opts.request_timeout));
-        let seq = shared.next_seq();
-        let job = Job {
-            keep_alive,
-            head,
-            body,
-            conn: conn.clone(),
-            reply: reply_tx,
-            received_at,
-            seq,
-            state: state.clone(),
-            queued_at: received_at,
-        };
-        let mut answer = match enqueue(&shared, job, &target) {
-            Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
-            Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
-            Err(Enqueue::Closed) => {
-                return refuse(
-                    &mut io,
-                    &mut buf,
-                    &shared,
-                    &conn,
-                    HttpError::Internal("server is shutting down"),
-                )
-                .await
-            }
+        let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
+        let Some(Submitted { mut answer, state, seq }) = submitted.await else {
+            return refuse(
+                &mut io,
+                &mut buf,
+                &shared,
+                &conn,
+                HttpError::Internal("server is shutting down"),
+            )
+            .await;
         };
         while let Answer::Reply(Reply::Interim { head, next }) = answer {
             // An HTTP/1.0 client would take a 1xx for the response itself
@@ -255,6 +238,48 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             }
         }
     }
+}
+
+/// A request handed to an application pool, and what came of it.
+pub(crate) struct Submitted {
+    pub answer: Answer,
+    pub state: Arc<JobState>,
+    pub seq: u64,
+}
+
+/// Queues a request for the application and waits for its first answer
+/// (a reply, an interim 103, or a shed). `None`: the server is shutting
+/// down and took no more work. Shared by HTTP/1 and HTTP/2, so a request
+/// is the same job whichever protocol carried it.
+pub(crate) async fn submit(
+    shared: &Shared,
+    head: RequestHead,
+    body: Body,
+    conn: &Arc<ConnInfo>,
+    keep_alive: bool,
+    received_at: Instant,
+    target: &[u8],
+) -> Option<Submitted> {
+    let (reply_tx, reply_rx) = oneshot::channel();
+    let state = Arc::new(JobState::new(shared.opts.request_timeout));
+    let seq = shared.next_seq();
+    let job = Job {
+        keep_alive,
+        head,
+        body,
+        conn: conn.clone(),
+        reply: reply_tx,
+        received_at,
+        seq,
+        state: state.clone(),
+        queued_at: received_at,
+    };
+    let answer = match enqueue(shared, job, target) {
+        Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, shared).await,
+        Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
+        Err(Enqueue::Closed) => return None,
+    };
+    Some(Submitted { answer, state, seq })
 }
 
 /// Why a job could not be queued.

@@ -10,10 +10,10 @@
 //! RFC 9113 §8.2.2 requires.
 
 use crate::body::{Body, BodySink};
-use crate::connection::{accepts_json, await_reply, enqueue, reply_status, shed, Answer, Enqueue};
+use crate::connection::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use crate::error::HttpError;
 use crate::health;
-use crate::job::{ConnInfo, Job, JobState};
+use crate::job::ConnInfo;
 use crate::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::log::{self, AccessEntry};
 use crate::parse::{is_known_method, Framing, RequestHead, Version};
@@ -30,7 +30,6 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at};
 
 const FILE_CHUNK: usize = 64 * 1024;
@@ -121,26 +120,9 @@ async fn serve_stream(
     Stats::bump(&shared.stats.requests_total);
     let (method, target) = (head.method.clone(), head.target.clone());
     let wants_json = accepts_json(&head);
-    let (reply_tx, reply_rx) = oneshot::channel();
-    let state = Arc::new(JobState::new(shared.opts.request_timeout));
-    let seq = shared.next_seq();
-    let job = Job {
-        keep_alive: true,
-        head,
-        body,
-        conn: conn.clone(),
-        reply: reply_tx,
-        received_at,
-        seq,
-        state: state.clone(),
-        queued_at: received_at,
-    };
-    let mut answer = match enqueue(&shared, job, &target) {
-        Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, &shared).await,
-        Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
-        Err(Enqueue::Closed) => {
-            return refuse(&mut respond, &shared, HttpError::Internal("server is shutting down")).await
-        }
+    let submitted = submit(&shared, head, body, &conn, true, received_at, &target);
+    let Some(Submitted { mut answer, state, seq }) = submitted.await else {
+        return refuse(&mut respond, &shared, HttpError::Internal("server is shutting down")).await;
     };
     while let Answer::Reply(Reply::Interim { head, next }) = answer {
         if let Some((response, _)) = response_parts(&head) {
