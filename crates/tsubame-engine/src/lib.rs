@@ -29,6 +29,7 @@ mod rewind;
 pub mod server;
 pub mod stats;
 pub mod stream_channel;
+mod stream_frames;
 pub mod timeouts;
 pub mod tls;
 

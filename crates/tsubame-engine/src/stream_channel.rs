@@ -158,6 +158,58 @@ impl StreamReceiver {
     }
 }
 
+impl StreamReceiver {
+    /// Waits for at least one message, then moves up to `max` of those
+    /// queued into `out` under one lock: the writer then sends everything
+    /// the app produced while it was busy in one write, instead of one
+    /// syscall (and one sender wake-up) per chunk. Returns false once the
+    /// sender is dropped and nothing is left.
+    pub async fn recv_batch(&mut self, out: &mut Vec<StreamMsg>, max: usize) -> bool {
+        loop {
+            match self.take_ready(out, max) {
+                Taken::Some => return true,
+                Taken::SenderGone => return false,
+                Taken::Nothing => {}
+            }
+            // As in `recv`: a permit left by notify_one covers a send
+            // between the unlock and this await.
+            self.0.data.notified().await;
+        }
+    }
+
+    /// `recv_batch` without waiting: whatever is queued right now.
+    pub fn try_recv_batch(&mut self, out: &mut Vec<StreamMsg>, max: usize) {
+        self.take_ready(out, max);
+    }
+
+    fn take_ready(&mut self, out: &mut Vec<StreamMsg>, max: usize) -> Taken {
+        let mut state = self.0.lock();
+        if state.queue.is_empty() {
+            return if state.sender_gone { Taken::SenderGone } else { Taken::Nothing };
+        }
+        let n = state.queue.len().min(max.max(1));
+        let mut freed = 0;
+        for msg in state.queue.drain(..n) {
+            freed += msg_len(&msg);
+            out.push(msg);
+        }
+        state.queued_bytes -= freed;
+        let waker = state.room_waker.clone();
+        drop(state);
+        self.0.space.notify_all();
+        if let Some(waker) = waker {
+            waker();
+        }
+        Taken::Some
+    }
+}
+
+enum Taken {
+    Some,
+    Nothing,
+    SenderGone,
+}
+
 impl Drop for StreamReceiver {
     fn drop(&mut self) {
         let mut state = self.0.lock();
@@ -215,6 +267,37 @@ mod tests {
         drop(rx);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert!(tx.is_closed());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_batch_takes_what_is_queued_up_to_max_and_frees_its_room() {
+        let (tx, mut rx) = stream_channel(8);
+        let flag = AtomicBool::new(false);
+        let mut batch = Vec::new();
+        rx.try_recv_batch(&mut batch, 10);
+        assert!(batch.is_empty());
+        for piece in [&b"ab"[..], b"cd", b"ef", b"gh"] {
+            tx.send(StreamMsg::Data(Bytes::copy_from_slice(piece)), &flag).unwrap();
+        }
+        assert!(!tx.has_room());
+        assert!(rx.recv_batch(&mut batch, 3).await);
+        let got: Vec<u8> = batch
+            .iter()
+            .flat_map(|m| match m {
+                StreamMsg::Data(b) => b.to_vec(),
+                StreamMsg::End => Vec::new(),
+            })
+            .collect();
+        assert_eq!(got, b"abcdef");
+        assert!(tx.has_room());
+        tx.send(StreamMsg::End, &flag).unwrap();
+        drop(tx);
+        batch.clear();
+        rx.try_recv_batch(&mut batch, 10);
+        assert_eq!(batch.len(), 2);
+        assert!(matches!(batch[1], StreamMsg::End));
+        batch.clear();
+        assert!(!rx.recv_batch(&mut batch, 10).await);
     }
 
     #[test]
