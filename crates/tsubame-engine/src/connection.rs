@@ -58,7 +58,11 @@ async fn send<T: ClientIo>(io: &mut T, bytes: &[u8]) -> std::io::Result<()> {
 /// `send` for several pieces at once, with vectored writes: one syscall
 /// for as many pieces as the socket takes.
 async fn send_parts<T: ClientIo>(io: &mut T, parts: &[Bytes]) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
         let n = io.write_vectored(rest).await?;

@@ -53,6 +53,14 @@ pub enum SendError {
     Interrupted(StreamMsg),
 }
 
+#[derive(Debug)]
+pub enum TrySendError {
+    /// The connection is gone (client disconnected or write failed).
+    Closed,
+    /// The channel is over its limit; the message comes back.
+    Full(StreamMsg),
+}
+
 /// `limit` is how many body bytes may wait unsent before senders block.
 pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
     let shared = Arc::new(Shared {
@@ -92,6 +100,24 @@ impl StreamSender {
                 return Err(SendError::Interrupted(msg));
             }
             state = self.0.space.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        state.queued_bytes += msg_len(&msg);
+        state.queue.push_back(msg);
+        drop(state);
+        self.0.data.notify_one();
+        Ok(())
+    }
+
+    /// `send` if it would not wait, under a single lock: the common case
+    /// of an app writing many small chunks to a client that keeps up.
+    /// `Err(Full(msg))` hands the message back.
+    pub fn try_send(&self, msg: StreamMsg) -> Result<(), TrySendError> {
+        let mut state = self.0.lock();
+        if state.receiver_gone {
+            return Err(TrySendError::Closed);
+        }
+        if state.queued_bytes >= self.0.limit {
+            return Err(TrySendError::Full(msg));
         }
         state.queued_bytes += msg_len(&msg);
         state.queue.push_back(msg);
@@ -185,7 +211,11 @@ impl StreamReceiver {
     fn take_ready(&mut self, out: &mut Vec<StreamMsg>, max: usize) -> Taken {
         let mut state = self.0.lock();
         if state.queue.is_empty() {
-            return if state.sender_gone { Taken::SenderGone } else { Taken::Nothing };
+            return if state.sender_gone {
+                Taken::SenderGone
+            } else {
+                Taken::Nothing
+            };
         }
         let n = state.queue.len().min(max.max(1));
         let mut freed = 0;
@@ -298,6 +328,18 @@ mod tests {
         assert!(matches!(batch[1], StreamMsg::End));
         batch.clear();
         assert!(!rx.recv_batch(&mut batch, 10).await);
+    }
+
+    #[test]
+    fn try_send_hands_the_message_back_when_full_and_fails_once_closed() {
+        let (tx, rx) = stream_channel(2);
+        tx.try_send(StreamMsg::Data(Bytes::from_static(b"xx"))).unwrap();
+        match tx.try_send(StreamMsg::Data(Bytes::from_static(b"yy"))) {
+            Err(TrySendError::Full(StreamMsg::Data(back))) => assert_eq!(&back[..], b"yy"),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        drop(rx);
+        assert!(matches!(tx.try_send(StreamMsg::End), Err(TrySendError::Closed)));
     }
 
     #[test]

@@ -91,13 +91,25 @@ mod tests {
         let mut parts = Vec::new();
         let mut batch = vec![data(b"hello"), data(b""), data(&[b'x'; 20])];
         let first = encode(&mut batch, StreamFraming::Chunked, 0, &mut parts);
-        assert_eq!(first, Encoded { body_len: 25, ended: false });
+        assert_eq!(
+            first,
+            Encoded {
+                body_len: 25,
+                ended: false
+            }
+        );
         assert!(batch.is_empty());
         // Two pieces per chunk plus the trailing CRLF: framing is shared.
         assert_eq!(parts.len(), 5);
         let mut batch = vec![data(b"!"), StreamMsg::End];
         let second = encode(&mut batch, StreamFraming::Chunked, 25, &mut parts);
-        assert_eq!(second, Encoded { body_len: 1, ended: true });
+        assert_eq!(
+            second,
+            Encoded {
+                body_len: 1,
+                ended: true
+            }
+        );
         let expected = format!("5\r\nhello\r\n14\r\n{}\r\n1\r\n!\r\n0\r\n\r\n", "x".repeat(20));
         assert_eq!(joined(&parts), expected.as_bytes());
     }
@@ -106,7 +118,13 @@ mod tests {
     fn an_end_alone_writes_the_last_chunk() {
         let mut parts = Vec::new();
         let encoded = encode(&mut vec![StreamMsg::End], StreamFraming::Chunked, 7, &mut parts);
-        assert_eq!(encoded, Encoded { body_len: 0, ended: true });
+        assert_eq!(
+            encoded,
+            Encoded {
+                body_len: 0,
+                ended: true
+            }
+        );
         assert_eq!(joined(&parts), b"0\r\n\r\n");
     }
 
@@ -115,10 +133,22 @@ mod tests {
         let mut parts = Vec::new();
         let raw = StreamFraming::Raw { declared_len: Some(6) };
         let encoded = encode(&mut vec![data(b"abcd"), data(b"efgh")], raw, 0, &mut parts);
-        assert_eq!(encoded, Encoded { body_len: 8, ended: false });
+        assert_eq!(
+            encoded,
+            Encoded {
+                body_len: 8,
+                ended: false
+            }
+        );
         assert_eq!(joined(&parts), b"abcdef");
         let later = encode(&mut vec![data(b"ij"), StreamMsg::End], raw, 8, &mut parts);
-        assert_eq!(later, Encoded { body_len: 2, ended: true });
+        assert_eq!(
+            later,
+            Encoded {
+                body_len: 2,
+                ended: true
+            }
+        );
         assert_eq!(joined(&parts), b"abcdef");
     }
 
