@@ -17,6 +17,9 @@ struct State {
     queued_bytes: usize,
     sender_gone: bool,
     receiver_gone: bool,
+    /// Senders blocked on `space`: room is signalled only when there are
+    /// some (a condvar notify is a syscall even when nobody waits).
+    senders_waiting: usize,
     /// Set while a sender on a fiber waits for room without blocking its
     /// thread: called whenever room is made (or the receiver goes).
     room_waker: Option<Waker>,
@@ -69,6 +72,7 @@ pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
             queued_bytes: 0,
             sender_gone: false,
             receiver_gone: false,
+            senders_waiting: 0,
             room_waker: None,
         }),
         space: Condvar::new(),
@@ -99,12 +103,11 @@ impl StreamSender {
             if interrupted.load(Ordering::Acquire) {
                 return Err(SendError::Interrupted(msg));
             }
+            state.senders_waiting += 1;
             state = self.0.space.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.senders_waiting -= 1;
         }
-        state.queued_bytes += msg_len(&msg);
-        state.queue.push_back(msg);
-        drop(state);
-        self.0.data.notify_one();
+        self.push(state, msg);
         Ok(())
     }
 
@@ -112,18 +115,30 @@ impl StreamSender {
     /// of an app writing many small chunks to a client that keeps up.
     /// `Err(Full(msg))` hands the message back.
     pub fn try_send(&self, msg: StreamMsg) -> Result<(), TrySendError> {
-        let mut state = self.0.lock();
+        let state = self.0.lock();
         if state.receiver_gone {
             return Err(TrySendError::Closed);
         }
         if state.queued_bytes >= self.0.limit {
             return Err(TrySendError::Full(msg));
         }
+        self.push(state, msg);
+        Ok(())
+    }
+
+    /// The receiver is woken only when the queue goes from empty to not
+    /// empty: it looks at the queue before every wait and takes all of it,
+    /// so later messages are covered by that wake-up. An app writing many
+    /// small chunks then costs one wake-up per write the engine makes, not
+    /// one per chunk.
+    fn push(&self, mut state: MutexGuard<'_, State>, msg: StreamMsg) {
+        let was_empty = state.queue.is_empty();
         state.queued_bytes += msg_len(&msg);
         state.queue.push_back(msg);
         drop(state);
-        self.0.data.notify_one();
-        Ok(())
+        if was_empty {
+            self.0.data.notify_one();
+        }
     }
 
     /// Would `send` go through without waiting?
@@ -165,12 +180,7 @@ impl StreamReceiver {
                 let mut state = self.0.lock();
                 if let Some(msg) = state.queue.pop_front() {
                     state.queued_bytes -= msg_len(&msg);
-                    let waker = state.room_waker.clone();
-                    drop(state);
-                    self.0.space.notify_all();
-                    if let Some(waker) = waker {
-                        waker();
-                    }
+                    self.made_room(state);
                     return Some(msg);
                 }
                 if state.sender_gone {
@@ -182,9 +192,7 @@ impl StreamReceiver {
             self.0.data.notified().await;
         }
     }
-}
 
-impl StreamReceiver {
     /// Waits for at least one message, then moves up to `max` of those
     /// queued into `out` under one lock: the writer then sends everything
     /// the app produced while it was busy in one write, instead of one
@@ -224,13 +232,21 @@ impl StreamReceiver {
             out.push(msg);
         }
         state.queued_bytes -= freed;
+        self.made_room(state);
+        Taken::Some
+    }
+
+    /// Tells whoever waits for room (a blocked thread, a parked fiber).
+    fn made_room(&self, state: MutexGuard<'_, State>) {
+        let blocked = state.senders_waiting > 0;
         let waker = state.room_waker.clone();
         drop(state);
-        self.0.space.notify_all();
+        if blocked {
+            self.0.space.notify_all();
+        }
         if let Some(waker) = waker {
             waker();
         }
-        Taken::Some
     }
 }
 
