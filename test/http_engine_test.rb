@@ -320,6 +320,29 @@ class HttpEngineTest < Minitest::Test
     end
   end
 
+  # The writer sends several queued chunks in one write; the last pieces
+  # of a burst must still leave at once, not wait for the app's next one.
+  def test_a_burst_of_chunks_arrives_whole_while_the_app_waits
+    %w[/burst /burst-call].each do |path|
+      in_tmpdir do |dir|
+        gate = File.join(dir, "gate")
+        probe do |s|
+          client = conn(s, timeout: 5)
+          client.write(get_request("#{path}?#{gate}"))
+          head = client.read_until("\r\n\r\n")
+          assert_includes head.split("\r\n"), "transfer-encoding: chunked", path
+          burst = Array.new(300) { |i| format("a\r\npiece %03d\n\r\n", i) }.join
+          assert_equal burst, client.read_exact(burst.bytesize), "#{path}: every piece, each its own chunk"
+          assert_equal "", client.available(0.3), "#{path}: nothing more before the gate opens"
+          File.write(gate, "")
+          assert_equal "5\r\nafter\r\n0\r\n\r\n", client.read_exact(15), path
+        ensure
+          client&.close
+        end
+      end
+    end
+  end
+
   def test_each_body_with_content_length_is_not_chunked
     probe do |s|
       client = conn(s)

@@ -213,6 +213,30 @@ module Tsubame
         end
       end
 
+      # A burst of 300 small pieces written back to back, then the gate,
+      # then "after": the whole burst must reach the client while the app
+      # waits, however the server groups the pieces into writes. Served as
+      # an `each` body, or as a Rack 3 streaming body with ?call.
+      burst_body = Struct.new(:gate) do
+        def each
+          300.times { |i| yield format("piece %03d\n", i) }
+          deadline = Time.now + 10
+          sleep 0.01 until File.exist?(gate) || Time.now > deadline
+          yield "after"
+        end
+      end
+      # Not a Struct: a Struct has an `each` of its own.
+      burst_call = Class.new do
+        def initialize(body)
+          @body = body
+        end
+
+        def call(stream)
+          @body.each { |piece| stream.write(piece) }
+          stream.close
+        end
+      end
+
       file_body = Struct.new(:to_path) do
         def each
           File.open(to_path, "rb") { |f| while (part = f.read(65_536)) do yield part end }
@@ -258,6 +282,9 @@ module Tsubame
         when "/304" then [304, { "etag" => '"x"' }, ["must not be sent"]]
         when %r{\A/slow/(\w+)\z} then [200, { "content-type" => "text/plain" }, slow_body.new($1, 0)]
         when "/gated" then [200, { "content-type" => "text/plain" }, gated_body.new(env["QUERY_STRING"])]
+        when "/burst" then [200, { "content-type" => "text/plain" }, burst_body.new(env["QUERY_STRING"])]
+        when "/burst-call"
+          [200, { "content-type" => "text/plain" }, burst_call.new(burst_body.new(env["QUERY_STRING"]))]
         when "/each-with-length"
           [200, { "content-type" => "text/plain", "content-length" => "11" }, %w[hello \  world].each]
         when "/wrong-length" then [200, { "content-length" => "999" }, ["hello"]]

@@ -11,12 +11,13 @@ use crate::linger::linger;
 use crate::log::{self, AccessEntry};
 use crate::parse::{parse_head, Framing, RequestHead};
 use crate::queue::{PushError, Pushed};
-use crate::reply::{Reply, StreamFraming, StreamMsg};
+use crate::reply::{Reply, StreamFraming};
 use crate::response::{error_response, unavailable_response};
 use crate::server::Shared;
 use crate::stats::Stats;
+use crate::stream_frames;
 use bytes::{Bytes, BytesMut};
-use std::io::Read;
+use std::io::{IoSlice, Read};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +30,10 @@ pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// it accepted just before the stop (see `read_head`).
 const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 const FILE_CHUNK: usize = 64 * 1024;
+/// At most this many messages of a streamed body per write: two iovecs
+/// each stay well under IOV_MAX (1024), and the channel's byte limit
+/// already bounds the size.
+const STREAM_BATCH: usize = 256;
 
 /// A client socket the engine can serve and, on `rack.hijack`, give away.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
@@ -45,6 +50,28 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 /// request, the app's next chunk) without leaving bytes behind.
 async fn send<T: ClientIo>(io: &mut T, bytes: &[u8]) -> std::io::Result<()> {
     io.write_all(bytes).await?;
+    if T::BUFFERS_WRITES {
+        io.flush().await?;
+    }
+    Ok(())
+}
+
+/// `send` for several pieces at once, with vectored writes: one syscall
+/// for as many pieces as the socket takes.
+async fn send_parts<T: ClientIo>(io: &mut T, parts: &[Bytes]) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| IoSlice::new(p))
+        .collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = io.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut rest, n);
+    }
     if T::BUFFERS_WRITES {
         io.flush().await?;
     }
@@ -624,61 +651,37 @@ async fn write_stream<T: ClientIo>(
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
-    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
-        return (Written::Failed, 0);
-    }
+    let mut batch = Vec::with_capacity(STREAM_BATCH);
+    let mut parts = Vec::with_capacity(2 * STREAM_BATCH + 2);
+    // The head goes out now, with whatever the app has already written.
+    chunks.try_recv_batch(&mut batch, STREAM_BATCH);
+    parts.push(head);
     let mut sent: u64 = 0;
-    let mut frame = Vec::with_capacity(32);
     loop {
-        match chunks.recv().await {
-            Some(StreamMsg::Data(data)) => {
-                if data.is_empty() {
-                    continue;
+        let encoded = stream_frames::encode(&mut batch, framing, sent, &mut parts);
+        if !matches!(timeout(write_timeout, send_parts(io, &parts)).await, Ok(Ok(()))) {
+            return (Written::Failed, sent);
+        }
+        parts.clear();
+        sent += encoded.body_len;
+        if encoded.ended {
+            return match framing {
+                StreamFraming::Chunked => (Written::KeepAlive(!close), sent),
+                StreamFraming::Raw { declared_len } => {
+                    let complete = declared_len.is_none_or(|l| l == sent);
+                    if !complete {
+                        log::error("streamed body length differs from its content-length; closing the connection");
+                    }
+                    (Written::KeepAlive(!close && complete && declared_len.is_some()), sent)
                 }
-                let result = match framing {
-                    StreamFraming::Chunked => {
-                        frame.clear();
-                        frame.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                        timeout(write_timeout, async {
-                            io.write_all(&frame).await?;
-                            io.write_all(&data).await?;
-                            send(io, b"\r\n").await
-                        })
-                        .await
-                    }
-                    StreamFraming::Raw { declared_len } => {
-                        // Never send more than was declared: the extra bytes
-                        // would be read as the start of the next response.
-                        let allowed =
-                            declared_len.map_or(data.len() as u64, |l| l.saturating_sub(sent).min(data.len() as u64));
-                        timeout(write_timeout, send(io, &data[..allowed as usize])).await
-                    }
-                };
-                if !matches!(result, Ok(Ok(()))) {
-                    return (Written::Failed, sent);
-                }
-                sent += data.len() as u64;
-            }
-            Some(StreamMsg::End) => {
-                return match framing {
-                    StreamFraming::Chunked => match timeout(write_timeout, send(io, b"0\r\n\r\n")).await {
-                        Ok(Ok(())) => (Written::KeepAlive(!close), sent),
-                        _ => (Written::Failed, sent),
-                    },
-                    StreamFraming::Raw { declared_len } => {
-                        let complete = declared_len.is_none_or(|l| l == sent);
-                        if !complete {
-                            log::error("streamed body length differs from its content-length; closing the connection");
-                        }
-                        (Written::KeepAlive(!close && complete && declared_len.is_some()), sent)
-                    }
-                };
-            }
-            None => {
-                // The body raised or was abandoned: cut the response short so
-                // the client sees an incomplete body rather than a whole one.
-                return (Written::KeepAlive(false), sent);
-            }
+            };
+        }
+        // Everything queued while the last write ran goes in the next one;
+        // a chunk the app wrote before pausing is never held back.
+        if !chunks.recv_batch(&mut batch, STREAM_BATCH).await {
+            // The body raised or was abandoned: cut the response short so
+            // the client sees an incomplete body rather than a whole one.
+            return (Written::KeepAlive(false), sent);
         }
     }
 }

@@ -33,6 +33,7 @@ mod rewind;
 pub mod server;
 pub mod stats;
 pub mod stream_channel;
+mod stream_frames;
 #[allow(unsafe_code)]
 mod sys;
 pub mod timeouts;

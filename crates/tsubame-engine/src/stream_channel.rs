@@ -17,6 +17,9 @@ struct State {
     queued_bytes: usize,
     sender_gone: bool,
     receiver_gone: bool,
+    /// Senders blocked on `space`: room is signalled only when there are
+    /// some (a condvar notify is a syscall even when nobody waits).
+    senders_waiting: usize,
     /// Set while a sender on a fiber waits for room without blocking its
     /// thread: called whenever room is made (or the receiver goes).
     room_waker: Option<Waker>,
@@ -53,6 +56,14 @@ pub enum SendError {
     Interrupted(StreamMsg),
 }
 
+#[derive(Debug)]
+pub enum TrySendError {
+    /// The connection is gone (client disconnected or write failed).
+    Closed,
+    /// The channel is over its limit; the message comes back.
+    Full(StreamMsg),
+}
+
 /// `limit` is how many body bytes may wait unsent before senders block.
 pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
     let shared = Arc::new(Shared {
@@ -61,6 +72,7 @@ pub fn stream_channel(limit: usize) -> (StreamSender, StreamReceiver) {
             queued_bytes: 0,
             sender_gone: false,
             receiver_gone: false,
+            senders_waiting: 0,
             room_waker: None,
         }),
         space: Condvar::new(),
@@ -91,13 +103,42 @@ impl StreamSender {
             if interrupted.load(Ordering::Acquire) {
                 return Err(SendError::Interrupted(msg));
             }
+            state.senders_waiting += 1;
             state = self.0.space.wait(state).unwrap_or_else(|e| e.into_inner());
+            state.senders_waiting -= 1;
         }
+        self.push(state, msg);
+        Ok(())
+    }
+
+    /// `send` if it would not wait, under a single lock: the common case
+    /// of an app writing many small chunks to a client that keeps up.
+    /// `Err(Full(msg))` hands the message back.
+    pub fn try_send(&self, msg: StreamMsg) -> Result<(), TrySendError> {
+        let state = self.0.lock();
+        if state.receiver_gone {
+            return Err(TrySendError::Closed);
+        }
+        if state.queued_bytes >= self.0.limit {
+            return Err(TrySendError::Full(msg));
+        }
+        self.push(state, msg);
+        Ok(())
+    }
+
+    /// The receiver is woken only when the queue goes from empty to not
+    /// empty: it looks at the queue before every wait and takes all of it,
+    /// so later messages are covered by that wake-up. An app writing many
+    /// small chunks then costs one wake-up per write the engine makes, not
+    /// one per chunk.
+    fn push(&self, mut state: MutexGuard<'_, State>, msg: StreamMsg) {
+        let was_empty = state.queue.is_empty();
         state.queued_bytes += msg_len(&msg);
         state.queue.push_back(msg);
         drop(state);
-        self.0.data.notify_one();
-        Ok(())
+        if was_empty {
+            self.0.data.notify_one();
+        }
     }
 
     /// Would `send` go through without waiting?
@@ -139,12 +180,7 @@ impl StreamReceiver {
                 let mut state = self.0.lock();
                 if let Some(msg) = state.queue.pop_front() {
                     state.queued_bytes -= msg_len(&msg);
-                    let waker = state.room_waker.clone();
-                    drop(state);
-                    self.0.space.notify_all();
-                    if let Some(waker) = waker {
-                        waker();
-                    }
+                    self.made_room(state);
                     return Some(msg);
                 }
                 if state.sender_gone {
@@ -156,6 +192,68 @@ impl StreamReceiver {
             self.0.data.notified().await;
         }
     }
+
+    /// Waits for at least one message, then moves up to `max` of those
+    /// queued into `out` under one lock: the writer then sends everything
+    /// the app produced while it was busy in one write, instead of one
+    /// syscall (and one sender wake-up) per chunk. Returns false once the
+    /// sender is dropped and nothing is left.
+    pub async fn recv_batch(&mut self, out: &mut Vec<StreamMsg>, max: usize) -> bool {
+        loop {
+            match self.take_ready(out, max) {
+                Taken::Some => return true,
+                Taken::SenderGone => return false,
+                Taken::Nothing => {}
+            }
+            // As in `recv`: a permit left by notify_one covers a send
+            // between the unlock and this await.
+            self.0.data.notified().await;
+        }
+    }
+
+    /// `recv_batch` without waiting: whatever is queued right now.
+    pub fn try_recv_batch(&mut self, out: &mut Vec<StreamMsg>, max: usize) {
+        self.take_ready(out, max);
+    }
+
+    fn take_ready(&mut self, out: &mut Vec<StreamMsg>, max: usize) -> Taken {
+        let mut state = self.0.lock();
+        if state.queue.is_empty() {
+            return if state.sender_gone {
+                Taken::SenderGone
+            } else {
+                Taken::Nothing
+            };
+        }
+        let n = state.queue.len().min(max.max(1));
+        let mut freed = 0;
+        for msg in state.queue.drain(..n) {
+            freed += msg_len(&msg);
+            out.push(msg);
+        }
+        state.queued_bytes -= freed;
+        self.made_room(state);
+        Taken::Some
+    }
+
+    /// Tells whoever waits for room (a blocked thread, a parked fiber).
+    fn made_room(&self, state: MutexGuard<'_, State>) {
+        let blocked = state.senders_waiting > 0;
+        let waker = state.room_waker.clone();
+        drop(state);
+        if blocked {
+            self.0.space.notify_all();
+        }
+        if let Some(waker) = waker {
+            waker();
+        }
+    }
+}
+
+enum Taken {
+    Some,
+    Nothing,
+    SenderGone,
 }
 
 impl Drop for StreamReceiver {
@@ -215,6 +313,49 @@ mod tests {
         drop(rx);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert!(tx.is_closed());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_batch_takes_what_is_queued_up_to_max_and_frees_its_room() {
+        let (tx, mut rx) = stream_channel(8);
+        let flag = AtomicBool::new(false);
+        let mut batch = Vec::new();
+        rx.try_recv_batch(&mut batch, 10);
+        assert!(batch.is_empty());
+        for piece in [&b"ab"[..], b"cd", b"ef", b"gh"] {
+            tx.send(StreamMsg::Data(Bytes::copy_from_slice(piece)), &flag).unwrap();
+        }
+        assert!(!tx.has_room());
+        assert!(rx.recv_batch(&mut batch, 3).await);
+        let got: Vec<u8> = batch
+            .iter()
+            .flat_map(|m| match m {
+                StreamMsg::Data(b) => b.to_vec(),
+                StreamMsg::End => Vec::new(),
+            })
+            .collect();
+        assert_eq!(got, b"abcdef");
+        assert!(tx.has_room());
+        tx.send(StreamMsg::End, &flag).unwrap();
+        drop(tx);
+        batch.clear();
+        rx.try_recv_batch(&mut batch, 10);
+        assert_eq!(batch.len(), 2);
+        assert!(matches!(batch[1], StreamMsg::End));
+        batch.clear();
+        assert!(!rx.recv_batch(&mut batch, 10).await);
+    }
+
+    #[test]
+    fn try_send_hands_the_message_back_when_full_and_fails_once_closed() {
+        let (tx, rx) = stream_channel(2);
+        tx.try_send(StreamMsg::Data(Bytes::from_static(b"xx"))).unwrap();
+        match tx.try_send(StreamMsg::Data(Bytes::from_static(b"yy"))) {
+            Err(TrySendError::Full(StreamMsg::Data(back))) => assert_eq!(&back[..], b"yy"),
+            other => panic!("expected Full, got {other:?}"),
+        }
+        drop(rx);
+        assert!(matches!(tx.try_send(StreamMsg::End), Err(TrySendError::Closed)));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use magnus::typed_data::Obj;
 use magnus::{prelude::*, Error, RClass, RString, Ruby, Value};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tsubame_engine::stream_channel::{SendError, StreamSender};
+use tsubame_engine::stream_channel::{SendError, StreamSender, TrySendError};
 use tsubame_engine::StreamMsg;
 
 #[magnus::wrap(class = "Tsubame::Native::Stream", free_immediately, size)]
@@ -34,10 +34,17 @@ impl Stream {
             let Some(tx) = tx_ref.as_ref() else {
                 return Err(Error::new(ruby.exception_io_error(), "stream is closed"));
             };
-            let outcome = if tx.has_room() {
-                // Fast path: no GVL release when nothing will block.
-                tx.send(msg, &AtomicBool::new(false))
-            } else if let Some(scheduler) = fiber_scheduler(ruby)? {
+            // Fast path, one lock: no GVL release when nothing will block.
+            msg = match tx.try_send(msg) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Closed) => {
+                    drop(tx_ref);
+                    rb_self.tx.borrow_mut().take();
+                    return Err(Error::new(client_disconnected(ruby), "client disconnected"));
+                }
+                Err(TrySendError::Full(back)) => back,
+            };
+            let outcome = if let Some(scheduler) = fiber_scheduler(ruby)? {
                 // On a fiber: park it in the scheduler until the engine
                 // makes room, instead of stalling every fiber of the loop.
                 drop(tx_ref);
