@@ -45,6 +45,13 @@ module Tsubame
     end
 
     # What the banner shows: the scheme a browser or curl would use.
+    # An ssl:// bind, or a unix:// one asking for TLS with ssl=true.
+    TLS = %r{\Assl://|[?&]ssl=(?:true|1)(?:&|\z)}.freeze
+
+    def tls?(uri)
+      TLS.match?(uri)
+    end
+
     def display(uri)
       uri.sub(%r{\Atcp://}, "http://").sub(%r{\Assl://}, "https://")
     end

@@ -601,7 +601,7 @@ module Tsubame
     # them, stop (Puma's behaviour: a hangup with nowhere to log).
     # With TLS binds the workers also reload their certificates on HUP.
     def hangup
-      tls = @options[:binds].any? { |uri| Server::TLS_BIND.match?(uri) }
+      tls = @options[:binds].any? { |uri| BindURI.tls?(uri) }
       return begin_stop(:graceful) unless LogRedirect.configured?(@options) || tls
 
       reopen_logs

@@ -14,6 +14,8 @@ require "tsubame/app_errors"
 require "tsubame/listeners"
 require "tsubame/self_signed"
 require "tsubame/request_timeouts"
+require "tsubame/bind_uri"
+require "tsubame/clock"
 require "tsubame/fiber_loop"
 require "tsubame/fiber_routes"
 
@@ -22,6 +24,8 @@ module Tsubame
   # and queues them; a pool of Ruby threads takes them (waiting with the GVL
   # released), calls the app, and hands the response back to the engine.
   class Server
+    include Clock
+
     RACK3 = Gem::Version.new(Rack.release) >= Gem::Version.new("3.0")
 
     # Seconds the app threads get, all together, to finish once the engine
@@ -29,8 +33,6 @@ module Tsubame
     # timeout) are killed. One shared deadline, so N stuck threads do not
     # cost N seconds.
     THREAD_GRACE = 1.0
-
-    TLS_BIND = %r{\Assl://|[?&]ssl=(?:true|1)(?:&|\z)}.freeze
 
     attr_reader :app, :options
 
@@ -72,7 +74,7 @@ module Tsubame
     end
 
     def tls?
-      @options[:binds].any? { |uri| TLS_BIND.match?(uri) }
+      @options[:binds].any? { |uri| BindURI.tls?(uri) }
     end
 
     def addresses
@@ -83,6 +85,7 @@ module Tsubame
     def start
       bind
       @base_env = base_env
+      @early_hints = @options[:early_hints]
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
@@ -175,16 +178,16 @@ module Tsubame
     def start_fiber_loops
       return [] unless @fiber_mode
 
-      handle = ->(request) { handle(request, request.env(@base_env)) }
+      handle = ->(request) { handle(request, env_for(request)) }
       Array.new(@options[:fiber_threads]) do |index|
         FiberLoop.new(@native, index, handle, @app_errors.method(:log_line)).start
       end
     end
 
     def join_threads
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + THREAD_GRACE
+      deadline = monotonic + THREAD_GRACE
       (@threads + @fiber_loops.map(&:thread)).each do |thread|
-        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        left = deadline - monotonic
         thread.join([left, 0].max) || thread.kill
       end
     end
@@ -199,18 +202,20 @@ module Tsubame
 
     def serve_requests(index)
       native = @native
-      base = @base_env
       timeouts = @timeouts
-      early_hints = @options[:early_hints]
       timeouts.worker do
         while (request = native.next_request)
-          timeouts.run(index, request) do
-            env = request.env(base)
-            env["rack.early_hints"] = request.method(:early_hints) if early_hints
-            handle(request, env)
-          end
+          timeouts.run(index, request) { handle(request, env_for(request)) }
         end
       end
+    end
+
+    # The Rack env of a request, the same whether a pool thread or a fiber
+    # loop runs it.
+    def env_for(request)
+      env = request.env(@base_env)
+      env["rack.early_hints"] = request.method(:early_hints) if @early_hints
+      env
     end
 
     def handle(request, env)
