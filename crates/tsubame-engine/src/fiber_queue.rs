@@ -11,21 +11,14 @@
 
 use crate::histogram::Histogram;
 use crate::job::Job;
-use crate::queue::{Pop, PushError};
-use std::collections::VecDeque;
+use crate::queue::{Backlog, Pop, PushError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Called (from an I/O thread) when jobs become available.
 pub type Waker = Arc<dyn Fn() + Send + Sync>;
 
-#[derive(Default)]
-struct State {
-    jobs: VecDeque<Job>,
-    running: usize,
-    taken: u64,
-    closed: bool,
-}
+type State = Backlog;
 
 #[derive(Default)]
 pub struct FiberQueue {
@@ -92,13 +85,8 @@ impl FiberQueue {
     /// Never blocks. Jobs the connection gave up on while queued are skipped.
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
-        while let Some(job) = state.jobs.pop_front() {
-            if job.state.take() {
-                state.running += 1;
-                state.taken += 1;
-                self.wait_times.record(job.queued_at.elapsed());
-                return Pop::Job(Box::new(job));
-            }
+        if let Some(job) = state.take_live(&self.wait_times) {
+            return Pop::Job(Box::new(job));
         }
         if state.closed {
             Pop::Closed
@@ -115,16 +103,7 @@ impl FiberQueue {
 
     /// Removes the jobs queued longer than `timeout` (at the front: FIFO).
     pub fn expire(&self, timeout: Duration) -> Vec<Job> {
-        let mut state = self.lock();
-        let mut expired = Vec::new();
-        while state.jobs.front().is_some_and(|job| job.queued_at.elapsed() >= timeout) {
-            if let Some(job) = state.jobs.pop_front() {
-                if job.state.abandon() {
-                    expired.push(job);
-                }
-            }
-        }
-        expired
+        self.lock().expire(timeout)
     }
 
     /// Queued jobs are still handed out; then `try_pop` says `Closed`.
@@ -134,10 +113,7 @@ impl FiberQueue {
     }
 
     pub fn close_and_take(&self) -> Vec<Job> {
-        let mut state = self.lock();
-        state.closed = true;
-        let jobs = state.jobs.drain(..).collect();
-        drop(state);
+        let jobs = self.lock().close_and_drain();
         self.wake();
         jobs
     }

@@ -20,18 +20,63 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+/// The jobs of one pool and its counts: what the thread pool's queue and
+/// the fiber queue (`fiber_queue.rs`) both keep, with the rules for taking,
+/// expiring and draining them in one place.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    pub jobs: VecDeque<Job>,
+    /// Jobs taken and not yet finished.
+    pub running: usize,
+    /// Jobs taken so far, so the nudger can tell whether a pool progresses.
+    pub taken: u64,
+    pub closed: bool,
+}
+
+impl Backlog {
+    /// Pops the next job to run, marking it taken: jobs whose connection
+    /// gave up on them (a request deadline that passed while queued) are
+    /// dropped.
+    pub fn take_live(&mut self, wait_times: &Histogram) -> Option<Job> {
+        while let Some(job) = self.jobs.pop_front() {
+            if job.state.take() {
+                self.running += 1;
+                self.taken += 1;
+                wait_times.record(job.queued_at.elapsed());
+                return Some(job);
+            }
+        }
+        None
+    }
+
+    /// Removes the jobs that have waited longer than `timeout` (they are at
+    /// the front: the queue is FIFO) so the engine can answer them 503.
+    pub fn expire(&mut self, timeout: std::time::Duration) -> Vec<Job> {
+        let mut expired = Vec::new();
+        while self.jobs.front().is_some_and(|job| job.queued_at.elapsed() >= timeout) {
+            if let Some(job) = self.jobs.pop_front() {
+                if job.state.abandon() {
+                    expired.push(job);
+                }
+            }
+        }
+        expired
+    }
+
+    /// Closes and takes every queued job, for a stop that ran out of time.
+    pub fn close_and_drain(&mut self) -> Vec<Job> {
+        self.closed = true;
+        self.jobs.drain(..).collect()
+    }
+}
+
 #[derive(Default)]
 struct State {
-    jobs: VecDeque<Job>,
+    backlog: Backlog,
     waiting: usize,
     /// Waiters notified but not yet awake: they are spoken for, so a push
     /// must not count on them for another job.
     woken: usize,
-    /// Threads that took a job and have not asked for the next one.
-    running: usize,
-    /// Jobs taken so far, so the nudger can tell whether threads progress.
-    taken: u64,
-    closed: bool,
 }
 
 /// What `push` did about waking an application thread.
@@ -88,33 +133,14 @@ impl JobQueue {
         &self.wait_times
     }
 
-    /// Pops the next job a thread may run: jobs whose connection gave up on
-    /// them (a request deadline that passed while queued) are dropped.
     fn pop_live(&self, state: &mut State) -> Option<Job> {
-        while let Some(job) = state.jobs.pop_front() {
-            if job.state.take() {
-                state.running += 1;
-                state.taken += 1;
-                self.wait_times.record(job.queued_at.elapsed());
-                return Some(job);
-            }
-        }
-        None
+        state.backlog.take_live(&self.wait_times)
     }
 
-    /// Removes the jobs that have waited longer than `timeout` (they are at
-    /// the front: the queue is FIFO) so the engine can answer them 503.
+    /// Removes the jobs that have waited longer than `timeout`, so the
+    /// engine can answer them 503.
     pub fn expire(&self, timeout: std::time::Duration) -> Vec<Job> {
-        let mut state = self.lock();
-        let mut expired = Vec::new();
-        while state.jobs.front().is_some_and(|job| job.queued_at.elapsed() >= timeout) {
-            if let Some(job) = state.jobs.pop_front() {
-                if job.state.abandon() {
-                    expired.push(job);
-                }
-            }
-        }
-        expired
+        self.lock().backlog.expire(timeout)
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -126,15 +152,15 @@ impl JobQueue {
     /// Refuses (dropping the job) once the queue is closed.
     pub fn push(&self, mut job: Job) -> Result<Pushed, PushError> {
         let mut state = self.lock();
-        if state.closed {
+        if state.backlog.closed {
             return Err(PushError::Closed);
         }
-        if self.max_len.is_some_and(|max| state.jobs.len() >= max) {
+        if self.max_len.is_some_and(|max| state.backlog.jobs.len() >= max) {
             return Err(PushError::Full);
         }
         job.queued_at = std::time::Instant::now();
-        state.jobs.push_back(job);
-        if state.waiting <= state.woken || state.running > 0 {
+        state.backlog.jobs.push_back(job);
+        if state.waiting <= state.woken || state.backlog.running > 0 {
             // Either nobody can take it yet, or a running thread probably
             // will: the watcher expires or nudges it if not.
             return Ok(Pushed::NudgeLater);
@@ -150,10 +176,10 @@ impl JobQueue {
     /// queue is empty (nothing left to watch).
     pub fn nudge(&self, taken_before: u64) -> Option<u64> {
         let mut state = self.lock();
-        if state.jobs.is_empty() {
+        if state.backlog.jobs.is_empty() {
             return None;
         }
-        let taken = state.taken;
+        let taken = state.backlog.taken;
         let wake = state.waiting > state.woken && taken == taken_before;
         if wake {
             state.woken += 1;
@@ -166,21 +192,21 @@ impl JobQueue {
     }
 
     pub fn taken(&self) -> u64 {
-        self.lock().taken
+        self.lock().backlog.taken
     }
 
     /// An application thread finished the job it took.
     pub fn finished(&self) {
         let mut state = self.lock();
-        state.running = state.running.saturating_sub(1);
+        state.backlog.running = state.backlog.running.saturating_sub(1);
     }
 
     /// Returns a job taken by a thread that could not run it, ahead of
     /// the rest, so it is not lost and does not lose its place.
     pub fn push_front(&self, job: Job) {
         let mut state = self.lock();
-        state.running = state.running.saturating_sub(1);
-        state.jobs.push_front(job);
+        state.backlog.running = state.backlog.running.saturating_sub(1);
+        state.backlog.jobs.push_front(job);
         let wake = state.waiting > state.woken;
         if wake {
             state.woken += 1;
@@ -195,7 +221,7 @@ impl JobQueue {
         let mut state = self.lock();
         match self.pop_live(&mut state) {
             Some(job) => Pop::Job(Box::new(job)),
-            None if state.closed => Pop::Closed,
+            None if state.backlog.closed => Pop::Closed,
             None => Pop::Empty,
         }
     }
@@ -208,7 +234,7 @@ impl JobQueue {
             if let Some(job) = self.pop_live(&mut state) {
                 return Pop::Job(Box::new(job));
             }
-            if state.closed {
+            if state.backlog.closed {
                 return Pop::Closed;
             }
             if interrupted.load(Ordering::Acquire) {
@@ -232,22 +258,19 @@ impl JobQueue {
     /// Queued jobs are still handed out; once they are gone, poppers get
     /// `Closed`.
     pub fn close(&self) {
-        self.lock().closed = true;
+        self.lock().backlog.closed = true;
         self.ready.notify_all();
     }
 
     /// Closes and takes every queued job, for a stop that ran out of time.
     pub fn close_and_take(&self) -> Vec<Job> {
-        let mut state = self.lock();
-        state.closed = true;
-        let jobs = state.jobs.drain(..).collect();
-        drop(state);
+        let jobs = self.lock().backlog.close_and_drain();
         self.ready.notify_all();
         jobs
     }
 
     pub fn len(&self) -> usize {
-        self.lock().jobs.len()
+        self.lock().backlog.jobs.len()
     }
 
     pub fn is_empty(&self) -> bool {
