@@ -48,6 +48,17 @@ class EarlyHintsTest < Minitest::Test
     end
   end
 
+  # The env is built in one place for pool threads and fiber loops, so a
+  # request routed to fibers is offered early hints too.
+  def test_fiber_mode_requests_get_early_hints
+    with_server(APP, args: ["--early-hints", "--fibers"]) do |server|
+      out, err, status = curl("--http1.1", "-i", "http://127.0.0.1:#{server.port}/")
+      assert status.success?, err
+      assert_equal [103, 103, 200], responses(out).first(3).map { |r| r.first[/ (\d{3})/, 1].to_i }
+      assert out.end_with?("final"), out
+    end
+  end
+
   def test_http10_clients_never_see_a_103
     with_server(APP, args: ["--early-hints"]) do |server|
       response = exchange(server, "GET / HTTP/1.0\r\n\r\n")
