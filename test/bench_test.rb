@@ -17,7 +17,7 @@ class BenchTest < Minitest::Test
   # `delay` is slept before each answer; `stall_at` makes that request
   # (and every request answered meanwhile) wait `stall` seconds, once.
   class ScriptedServer
-    attr_reader :port, :requests, :connections
+    attr_reader :port, :requests, :connections, :accepted_at, :first_request_at
 
     def initialize(delay: 0, stall_at: nil, stall: 1.0, status: ->(_n, _request) { 200 })
       @delay = delay
@@ -29,6 +29,8 @@ class BenchTest < Minitest::Test
       @lock = Mutex.new
       @count = 0
       @connections = 0
+      @accepted_at = []
+      @first_request_at = nil
       @requests = []
       @stalled_until = nil
       @threads = []
@@ -50,7 +52,10 @@ class BenchTest < Minitest::Test
     def accept_loop
       loop do
         client = @server.accept
-        @lock.synchronize { @connections += 1 }
+        @lock.synchronize do
+          @connections += 1
+          @accepted_at << Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        end
         @threads << Thread.new(client) { |c| serve(c) }
       end
     rescue IOError, Errno::EBADF
@@ -60,6 +65,7 @@ class BenchTest < Minitest::Test
     def serve(client)
       while (request = read_request(client))
         n, stall_for = @lock.synchronize do
+          @first_request_at ||= Process.clock_gettime(Process::CLOCK_MONOTONIC)
           @requests << request
           number = @count
           @count += 1
@@ -217,6 +223,20 @@ class BenchTest < Minitest::Test
       assert_equal({ "200" => 20 }, report["status_codes"])
       assert_equal 20 + 1, server.connections, "one per request, plus the check made before the run"
       assert(server.requests.all? { |r| r[:headers]["connection"] == "close" })
+    end
+  end
+
+  # The clock starts 20 ms after the last connection is open, so every
+  # connection is accepted well before any request arrives; without
+  # --preconnect each connection opens as it sends its first request.
+  def test_preconnect_opens_every_connection_before_the_first_request
+    with_scripted do |server|
+      report = bench_json("-c", "4", "-n", "8", "--preconnect", server.url)
+      assert_equal({ "200" => 8 }, report["status_codes"])
+      assert report["preconnect"]
+      assert_equal 4 + 1, server.connections, "the run's four, plus the check made before the run"
+      gap = server.first_request_at - server.accepted_at.max
+      assert_operator gap, :>=, 0.015, "first request #{(gap * 1000).round(1)} ms after the last accept"
     end
   end
 

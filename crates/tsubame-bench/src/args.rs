@@ -32,6 +32,10 @@ Load:
   -n, --requests N      stop after N requests (with -d, whichever comes first)
   -t, --threads N       client threads (default: CPU cores, at most -c)
       --no-keepalive    one connection per request (default: keep-alive)
+      --preconnect      open every connection before the clock starts, so
+                        latencies and the duration leave out the TCP
+                        handshakes (default: a connection opens with its
+                        first request, and that request's latency counts it)
       --timeout TIME    a request without a whole response by then fails
                         (default 10s)
 Requests:
@@ -60,6 +64,7 @@ pub struct Config {
     pub requests: Option<u64>,
     pub rate: Option<f64>,
     pub keepalive: bool,
+    pub preconnect: bool,
     pub timeout: Duration,
     pub headers: Vec<(String, String)>,
     pub specs: Vec<RequestSpec>,
@@ -148,6 +153,7 @@ pub fn parse(args: &[String], cores: usize) -> Result<Command, Error> {
     let mut requests = None;
     let mut rate = None;
     let mut keepalive = true;
+    let mut preconnect = false;
     let mut timeout = DEFAULT_TIMEOUT;
     let mut method: Option<String> = None;
     let mut headers = Vec::new();
@@ -221,6 +227,10 @@ pub fn parse(args: &[String], cores: usize) -> Result<Command, Error> {
                 no_value("--no-keepalive")?;
                 keepalive = false;
             }
+            "--preconnect" => {
+                no_value("--preconnect")?;
+                preconnect = true;
+            }
             "-m" | "--method" => {
                 let m = value("-m")?;
                 if !is_token(&m) {
@@ -285,6 +295,11 @@ pub fn parse(args: &[String], cores: usize) -> Result<Command, Error> {
             }]
         }
     };
+    if preconnect && !keepalive {
+        return Err(Error::usage(
+            "--preconnect needs keep-alive: with --no-keepalive every request opens its own connection",
+        ));
+    }
     let connections = connections.unwrap_or(DEFAULT_CONNECTIONS);
     let threads = threads.unwrap_or(cores.max(1)).min(connections);
     let duration = if duration.is_none() && requests.is_none() {
@@ -300,6 +315,7 @@ pub fn parse(args: &[String], cores: usize) -> Result<Command, Error> {
         requests,
         rate,
         keepalive,
+        preconnect,
         timeout,
         headers,
         specs,
@@ -400,6 +416,15 @@ mod tests {
         assert_eq!(c.timeout, Duration::from_secs(2));
         assert!(c.json && c.quiet);
         assert_eq!(c.html, Some(PathBuf::from("r.html")));
+    }
+
+    #[test]
+    fn preconnect_flag_and_its_conflict_with_no_keepalive() {
+        let c = run(&["--preconnect", "-c", "3", "http://h/"]).unwrap();
+        assert!(c.preconnect && c.keepalive);
+        assert!(!run(&["http://h/"]).unwrap().preconnect);
+        let err = run(&["--preconnect", "--no-keepalive", "http://h/"]).unwrap_err();
+        assert!(err.starts_with("--preconnect needs keep-alive"), "{err}");
     }
 
     #[test]

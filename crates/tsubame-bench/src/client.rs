@@ -22,10 +22,14 @@ enum Stream {
 }
 
 impl Stream {
-    async fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Appends what arrives to `buf`'s spare capacity, which is never
+    /// zeroed first: a connection touches only the pages its responses
+    /// fill, so opening a thousand connections costs no 64 MiB of memset
+    /// and page faults that the server under test would share the CPU with.
+    async fn read_into(&mut self, buf: &mut Vec<u8>) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.read(buf).await,
-            Stream::Unix(s) => s.read(buf).await,
+            Stream::Tcp(s) => s.read_buf(buf).await,
+            Stream::Unix(s) => s.read_buf(buf).await,
         }
     }
 
@@ -49,9 +53,9 @@ pub struct Response {
 
 pub struct Connection {
     stream: Stream,
+    /// Received bytes; `buf[start..]` is not consumed yet.
     buf: Vec<u8>,
     start: usize,
-    end: usize,
     /// Requests completed on this connection.
     pub served: u64,
 }
@@ -65,13 +69,49 @@ pub async fn connect(address: &Address) -> Result<Connection, Failure> {
         }
         Address::Unix(path) => Stream::Unix(connect_unix(path).await?),
     };
-    Ok(Connection {
-        stream,
-        buf: vec![0; BUFFER],
-        start: 0,
-        end: 0,
-        served: 0,
+    Ok(Connection::over(stream))
+}
+
+/// A connection opened before the run (`--preconnect`), with a blocking
+/// connect on the main thread, to be adopted by a client thread's runtime.
+pub enum Opened {
+    Tcp(std::net::TcpStream),
+    Unix(std::os::unix::net::UnixStream),
+}
+
+pub fn open_blocking(address: &Address, timeout: std::time::Duration) -> io::Result<Opened> {
+    Ok(match address {
+        Address::Tcp(addr) => Opened::Tcp(std::net::TcpStream::connect_timeout(addr, timeout)?),
+        Address::Unix(path) => Opened::Unix(std::os::unix::net::UnixStream::connect(path)?),
     })
+}
+
+impl Connection {
+    /// Takes over a pre-opened connection; needs the thread's runtime.
+    pub fn adopt(opened: Opened) -> io::Result<Connection> {
+        let stream = match opened {
+            Opened::Tcp(s) => {
+                s.set_nonblocking(true)?;
+                let s = TcpStream::from_std(s)?;
+                s.set_nodelay(true)?;
+                Stream::Tcp(s)
+            }
+            Opened::Unix(s) => {
+                s.set_nonblocking(true)?;
+                Stream::Unix(UnixStream::from_std(s)?)
+            }
+        };
+        Ok(Connection::over(stream))
+    }
+
+    fn over(stream: Stream) -> Connection {
+        Connection {
+            stream,
+            buf: Vec::with_capacity(BUFFER),
+            start: 0,
+            served: 0,
+        }
+    }
 }
 
 async fn connect_unix(path: &Path) -> Result<UnixStream, Failure> {
@@ -225,27 +265,24 @@ fn chunk_size(line: &[u8]) -> Result<u64, Failure> {
 impl Connection {
     /// Reads more bytes into the buffer; 0 means the peer closed.
     async fn fill(&mut self) -> Result<usize, Failure> {
-        if self.start == self.end {
+        if self.start == self.buf.len() {
+            self.buf.clear();
             self.start = 0;
-            self.end = 0;
-        } else if self.end == self.buf.len() {
+        } else if self.buf.len() == self.buf.capacity() {
             if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
+                self.buf.drain(..self.start);
                 self.start = 0;
-            } else if self.buf.len() < MAX_HEAD {
-                self.buf.resize((self.buf.len() * 2).min(MAX_HEAD), 0);
+            } else if self.buf.capacity() < MAX_HEAD {
+                let grown = (self.buf.capacity() * 2).min(MAX_HEAD);
+                self.buf.reserve_exact(grown - self.buf.len());
             } else {
                 return Err(Failure::InvalidResponse);
             }
         }
-        let n = self
-            .stream
-            .read(&mut self.buf[self.end..])
+        self.stream
+            .read_into(&mut self.buf)
             .await
-            .map_err(|e| Failure::from_io(&e, false))?;
-        self.end += n;
-        Ok(n)
+            .map_err(|e| Failure::from_io(&e, false))
     }
 
     /// Sends `request` and reads its response.
@@ -256,7 +293,7 @@ impl Connection {
             .map_err(|e| Failure::from_io(&e, false))?;
         let mut bytes = 0u64;
         let head = loop {
-            match parse_head(&self.buf[self.start..self.end], head_request)? {
+            match parse_head(&self.buf[self.start..], head_request)? {
                 Some(head) if (100..200).contains(&head.status) && head.status != 101 => {
                     // An interim response (100 Continue, 103 Early Hints): the real one follows.
                     self.start += head.len;
@@ -275,7 +312,7 @@ impl Connection {
         match head.framing {
             Framing::None => {}
             Framing::Length(mut left) => loop {
-                let have = (self.end - self.start) as u64;
+                let have = (self.buf.len() - self.start) as u64;
                 let take = have.min(left);
                 self.start += take as usize;
                 left -= take;
@@ -290,7 +327,7 @@ impl Connection {
             Framing::Chunked => {
                 let mut decoder = Chunked::default();
                 loop {
-                    let used = decoder.feed(&self.buf[self.start..self.end])?;
+                    let used = decoder.feed(&self.buf[self.start..])?;
                     self.start += used;
                     bytes += used as u64;
                     if decoder == Chunked::Done {
@@ -302,8 +339,8 @@ impl Connection {
                 }
             }
             Framing::UntilClose => loop {
-                bytes += (self.end - self.start) as u64;
-                self.start = self.end;
+                bytes += (self.buf.len() - self.start) as u64;
+                self.start = self.buf.len();
                 if self.fill().await? == 0 {
                     break;
                 }
@@ -405,9 +442,8 @@ mod tests {
         let (a, mut b) = UnixStream::pair().unwrap();
         let mut conn = Connection {
             stream: Stream::Unix(a),
-            buf: vec![0; 16],
+            buf: Vec::with_capacity(16),
             start: 0,
-            end: 0,
             served: 0,
         };
         let server = tokio::spawn(async move {

@@ -311,11 +311,7 @@ pub fn page(s: &Summary) -> String {
             "{mode}, {} connections, {} threads, {}",
             s.connections,
             s.threads,
-            if s.keepalive {
-                "keep-alive"
-            } else {
-                "new connection per request"
-            }
+            crate::report::connection_mode(s)
         ),
     );
     row("Duration", format!("{:.2}s", s.duration.as_secs_f64()));
@@ -410,6 +406,7 @@ mod tests {
             connections: 4,
             threads: 2,
             keepalive: true,
+            preconnect: false,
             timeout: Duration::from_secs(10),
             request_kinds: 1,
             duration: Duration::from_secs(3),

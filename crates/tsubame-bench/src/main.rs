@@ -89,6 +89,7 @@ fn bench(config: &Config) -> Result<(), Error> {
         limit: config.requests,
         timeout: config.timeout,
         keepalive: config.keepalive,
+        preconnect: config.preconnect,
         progress: !config.quiet && run::stderr_is_terminal(),
     };
     let stop = Arc::new(AtomicBool::new(false));

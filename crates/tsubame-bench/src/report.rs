@@ -18,6 +18,8 @@ pub struct Summary {
     pub connections: usize,
     pub threads: usize,
     pub keepalive: bool,
+    /// Connections were opened before the clock started (`--preconnect`).
+    pub preconnect: bool,
     pub timeout: Duration,
     pub request_kinds: usize,
     pub duration: Duration,
@@ -60,6 +62,7 @@ impl Summary {
             connections: config.connections,
             threads: config.threads,
             keepalive: config.keepalive,
+            preconnect: config.preconnect,
             timeout: config.timeout,
             request_kinds: config.specs.len(),
             duration: outcome.elapsed,
@@ -175,11 +178,7 @@ pub fn text(s: &Summary) -> String {
         if s.connections == 1 { "" } else { "s" },
         s.threads,
         if s.threads == 1 { "" } else { "s" },
-        if s.keepalive {
-            "keep-alive"
-        } else {
-            "a new connection per request"
-        },
+        connection_mode(s),
         fmt_duration(s.timeout)
     );
     let _ = writeln!(
@@ -307,6 +306,15 @@ fn ms(us: u64) -> String {
 }
 
 /// The report as one JSON object. Latencies are in milliseconds.
+/// How the run used connections, for the text and HTML reports.
+pub fn connection_mode(s: &Summary) -> &'static str {
+    match (s.keepalive, s.preconnect) {
+        (true, true) => "keep-alive, opened before the clock started",
+        (true, false) => "keep-alive",
+        (false, _) => "a new connection per request",
+    }
+}
+
 pub fn json(s: &Summary) -> String {
     let mut o = String::from("{");
     let mut field = |name: &str, value: String| {
@@ -321,6 +329,7 @@ pub fn json(s: &Summary) -> String {
     field("connections", s.connections.to_string());
     field("threads", s.threads.to_string());
     field("keepalive", s.keepalive.to_string());
+    field("preconnect", s.preconnect.to_string());
     field("timeout_s", json_number(s.timeout.as_secs_f64()));
     field("duration_s", json_number(s.duration.as_secs_f64()));
     field("requests", s.requests.to_string());
@@ -406,6 +415,7 @@ mod tests {
             connections: 2,
             threads: 1,
             keepalive: true,
+            preconnect: false,
             timeout: Duration::from_secs(10),
             request_kinds: 1,
             duration: Duration::from_secs(2),

@@ -19,7 +19,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::client::{connect, Connection, Response};
+use crate::client::{connect, open_blocking, Connection, Opened, Response};
 use crate::error::{Error, Failure};
 use crate::request::Prepared;
 use crate::stats::{Recorder, Timeline, Totals, WindowSummary};
@@ -38,6 +38,8 @@ pub struct Plan {
     pub limit: Option<u64>,
     pub timeout: Duration,
     pub keepalive: bool,
+    /// Open every connection before the clock starts.
+    pub preconnect: bool,
     pub progress: bool,
 }
 
@@ -145,6 +147,11 @@ impl Shared {
 
 /// Runs the plan; `stop` ends it early (Ctrl-C).
 pub fn run(plan: Plan, stop: Arc<AtomicBool>) -> Result<Outcome, Error> {
+    let mut opened = if plan.preconnect {
+        preconnect(&plan)?
+    } else {
+        Vec::new()
+    };
     let window = window_for(&plan);
     // A little head start so every thread is up when the clock starts.
     let start = Instant::now() + Duration::from_millis(20);
@@ -172,9 +179,10 @@ pub fn run(plan: Plan, stop: Arc<AtomicBool>) -> Result<Outcome, Error> {
         let connections = shared.plan.connections / threads + usize::from(thread < shared.plan.connections % threads);
         let shared = Arc::clone(&shared);
         let recorder = Recorder::new(thread, start, window, tx.clone());
+        let mine: Vec<Opened> = opened.drain(..connections.min(opened.len())).collect();
         let handle = std::thread::Builder::new()
             .name(format!("bench-{thread}"))
-            .spawn(move || client_thread(thread, connections, shared, recorder))
+            .spawn(move || client_thread(thread, connections, mine, shared, recorder))
             .map_err(|source| Error::File {
                 path: "a client thread".into(),
                 action: "start",
@@ -232,9 +240,28 @@ pub fn run(plan: Plan, stop: Arc<AtomicBool>) -> Result<Outcome, Error> {
     })
 }
 
+/// `--preconnect`: opens every connection, one after the other, before the
+/// clock starts, so the run measures requests on open connections and not
+/// a burst of TCP handshakes.
+fn preconnect(plan: &Plan) -> Result<Vec<Opened>, Error> {
+    (0..plan.connections)
+        .map(|n| {
+            open_blocking(&plan.address, plan.timeout).map_err(|e| {
+                Error::usage(format!(
+                    "--preconnect: connection {} of {} failed: {}",
+                    n + 1,
+                    plan.connections,
+                    crate::error::io_message(&e).to_lowercase()
+                ))
+            })
+        })
+        .collect()
+}
+
 fn client_thread(
     thread: usize,
     connections: usize,
+    mut opened: Vec<Opened>,
     shared: Arc<Shared>,
     recorder: Recorder,
 ) -> std::io::Result<Totals> {
@@ -245,7 +272,16 @@ fn client_thread(
     local.block_on(&runtime, async {
         let mut tasks = Vec::with_capacity(connections);
         for _ in 0..connections {
-            let task = connection_task(Arc::clone(&shared), Rc::clone(&recorder), Rc::clone(&next), thread);
+            // A pre-opened connection that cannot join this runtime is
+            // dropped; the task then connects as usual.
+            let slot = opened.pop().and_then(|o| Connection::adopt(o).ok());
+            let task = connection_task(
+                slot,
+                Arc::clone(&shared),
+                Rc::clone(&recorder),
+                Rc::clone(&next),
+                thread,
+            );
             tasks.push(tokio::task::spawn_local(task));
         }
         let ticker = tokio::task::spawn_local(ticker(shared.start, window_of(&shared), Rc::clone(&recorder)));
@@ -275,10 +311,15 @@ async fn ticker(start: Instant, window: Duration, recorder: Rc<RefCell<Recorder>
     }
 }
 
-async fn connection_task(shared: Arc<Shared>, recorder: Rc<RefCell<Recorder>>, next: Rc<Cell<u64>>, thread: usize) {
+async fn connection_task(
+    mut slot: Option<Connection>,
+    shared: Arc<Shared>,
+    recorder: Rc<RefCell<Recorder>>,
+    next: Rc<Cell<u64>>,
+    thread: usize,
+) {
     tokio::time::sleep_until(shared.start.into()).await;
     let plan = &shared.plan;
-    let mut slot: Option<Connection> = None;
     loop {
         let ticket = match plan.rate {
             Some(rate) => shared.open_ticket(rate, &next, thread).await,
