@@ -15,7 +15,7 @@
 //! returned), hence `AsyncFd` instead of tokio's listener types.
 
 use crate::queue::JobQueue;
-use crate::sys::OwnedListener;
+use crate::sys::{accept_nonblocking, OwnedListener};
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -70,16 +70,17 @@ async fn hold_back_while_busy(queue: &JobQueue, delay: Duration) {
 
 impl Acceptor<std::net::TcpListener> {
     pub async fn accept(&self, queue: &JobQueue) -> io::Result<(tokio::net::TcpStream, SocketAddr)> {
-        let (stream, peer) = self.accept_with(queue, |l| l.accept()).await?;
-        stream.set_nonblocking(true)?;
-        Ok((tokio::net::TcpStream::from_std(stream)?, peer))
+        let (fd, peer) = self.accept_with(queue, accept_nonblocking).await?;
+        let peer = peer
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a TCP peer without an IP address"))?;
+        Ok((tokio::net::TcpStream::from_std(fd.into())?, peer))
     }
 }
 
 impl Acceptor<std::os::unix::net::UnixListener> {
     pub async fn accept(&self, queue: &JobQueue) -> io::Result<tokio::net::UnixStream> {
-        let (stream, _) = self.accept_with(queue, |l| l.accept()).await?;
-        stream.set_nonblocking(true)?;
-        tokio::net::UnixStream::from_std(stream)
+        let (fd, _) = self.accept_with(queue, accept_nonblocking).await?;
+        tokio::net::UnixStream::from_std(fd.into())
     }
 }
