@@ -48,17 +48,21 @@ module Tsubame
       @log = log
       @thread = Thread.current
       @root = Fiber.current
+      # Fibers to resume, flat: waiter, value, waiter, value, ... (no pair
+      # array per resume).
       @ready = []
       @remote = Thread::Queue.new
       @timers = FiberTimers.new
       @io = {}
-      @blocked = {}
+      # Keyed by fiber or waiter: identity hashing, since Object#hash would
+      # give every request's fiber an object id (a global table entry).
+      @blocked = {}.compare_by_identity
       @fibers_alive = 0
       @helpers = []
       @helper_jobs = Thread::Queue.new
       @closed = false
       @calls = Hash.new(0)
-      @room_waiters = {}
+      @room_waiters = {}.compare_by_identity
       @intake = nil
       @accepting = false
       @intake_at = 0.0
@@ -80,7 +84,7 @@ module Tsubame
         take_new
         run_ready
         take_remote
-        @timers.fire
+        fire_timers
         break if !@accepting && @fibers_alive.zero? && @ready.empty? && @remote.empty?
 
         wait_for_events
@@ -107,7 +111,7 @@ module Tsubame
       fd = io.fileno
       waiter = Waiter.new(Fiber.current)
       watch(fd, waiter, events)
-      timer = @timers.after(timeout) { resume(waiter, false) } if timeout
+      timer = @timers.after(timeout, waiter, false) if timeout
       park(waiter)
     ensure
       timer&.cancel
@@ -163,7 +167,7 @@ module Tsubame
       @calls[:kernel_sleep] += 1
       waiter = Waiter.new(Fiber.current)
       @blocked[waiter.fiber] = waiter
-      timer = @timers.after(duration) { resume(waiter, true) } if duration
+      timer = @timers.after(duration, waiter, true) if duration
       park(waiter)
       true
     ensure
@@ -177,7 +181,7 @@ module Tsubame
       @calls[:block] += 1
       waiter = Waiter.new(Fiber.current)
       @blocked[waiter.fiber] = waiter
-      timer = @timers.after(timeout) { resume(waiter, false) } if timeout
+      timer = @timers.after(timeout, waiter, false) if timeout
       park(waiter)
     ensure
       timer&.cancel
@@ -213,11 +217,12 @@ module Tsubame
     def timeout_after(duration, exception_class, *exception_arguments)
       @calls[:timeout_after] += 1
       fiber = Fiber.current
-      timer = @timers.after(duration) do
+      expire = lambda do
         fiber.raise(exception_class, *exception_arguments) if fiber.alive?
       rescue FiberError => e
         @log&.call("timeout could not interrupt a fiber: #{e.message}")
       end
+      timer = @timers.after(duration, expire)
       yield duration
     ensure
       timer&.cancel
@@ -279,7 +284,7 @@ module Tsubame
         @fibers_alive -= 1
       end
       @fibers_alive += 1
-      @ready << [Waiter.new(fiber), nil]
+      @ready.push(Waiter.new(fiber), nil)
       fiber
     end
 
@@ -295,7 +300,15 @@ module Tsubame
       return if waiter.done
 
       waiter.done = true
-      @ready << [waiter, value]
+      @ready.push(waiter, value)
+    end
+
+    # A due timer either resumes the fiber it belongs to or (a
+    # Timeout.timeout) runs its action.
+    def fire_timers
+      @timers.fire do |target, value|
+        target.is_a?(Waiter) ? resume(target, value) : target.call
+      end
     end
 
     def run_ready
@@ -304,8 +317,9 @@ module Tsubame
         @ready = []
         index = 0
         while index < batch.size
-          waiter, value = batch[index]
-          index += 1
+          waiter = batch[index]
+          value = batch[index + 1]
+          index += 2
           next if waiter.gone || !waiter.fiber.alive?
 
           switch { waiter.fiber.transfer(value) }
@@ -388,7 +402,7 @@ module Tsubame
     # A descriptor epoll refuses (a regular file) never blocks: its
     # waiter is ready at once.
     def watch(fd, waiter, events)
-      (@io[fd] ||= {})[waiter] = events
+      (@io[fd] ||= {}.compare_by_identity)[waiter] = events
       rearm(fd) || resume(waiter, events)
     end
 
@@ -402,13 +416,14 @@ module Tsubame
 
     def rearm(fd)
       waiters = @io[fd]
-      live = waiters.reject { |waiter, _| waiter.done }
-      if live.empty?
+      events = 0
+      waiters.each { |waiter, wanted| events |= wanted unless waiter.done }
+      if events.zero?
         @io.delete(fd) if waiters.empty?
         @selector.unwatch(fd)
         true
       else
-        @selector.watch(fd, live.values.reduce(0, :|))
+        @selector.watch(fd, events)
       end
     end
 
