@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # I/O-bound endpoints for benchmarks/io_bound.sh: /sleep waits SLEEP
-# seconds (default 1); /upstream fetches UPSTREAM_URL over Net::HTTP.
+# seconds (default 1); /upstream fetches UPSTREAM_URL over Net::HTTP; any
+# other path (/instant) answers at once.
 require "net/http"
 
 sleep_for = Float(ENV.fetch("SLEEP", "1"))
