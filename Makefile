@@ -100,9 +100,11 @@ bench: deps build
 bench-cluster: deps build
 	benchmarks/cluster.sh
 
-# Fiber mode vs threads, Puma and Thin on I/O-bound endpoints (about 4 min).
+# Fiber mode vs threads, Puma and Thin on I/O-bound endpoints, next to a
+# no-Ruby floor (about 12 min).
 bench-io: deps build
-	benchmarks/io_bound.sh
+	cargo build --release -p tsubame-bench --example sleep_floor
+	FLOOR=$(TARGET_DIR)/release/examples/sleep_floor benchmarks/io_bound.sh
 
 bench-tls: deps build
 	benchmarks/tls.sh

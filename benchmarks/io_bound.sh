@@ -9,7 +9,11 @@
 #         machine's cores for them)
 #   open  the connections are opened first (tsubame-bench --preconnect),
 #         as behind a proxy that keeps connections to the app server
-# Servers (SERVERS, default all four), one process each, one after the other:
+# Servers (SERVERS, default all five), one process each, one after the other:
+#   floor            crates/tsubame-bench/examples/sleep_floor.rs: no Ruby,
+#                    one tokio thread, a timer per /sleep (no /upstream);
+#                    what the machine and the client cost (make bench-io
+#                    builds it; FLOOR= its path)
 #   tsubame-fibers   exe/tsubame --fibers (every request on fibers, 1 loop)
 #   tsubame-threads  exe/tsubame -t 5:5
 #   puma             puma -t 5:5 (Debian's 5.6)
@@ -31,7 +35,8 @@ CONCURRENCY=${CONCURRENCY:-"20 21 100 1000"}
 MODES=${MODES:-"new open"}
 ENDPOINTS=${ENDPOINTS:-"sleep upstream instant"}
 ROUNDS=${ROUNDS:-3}
-SERVERS=${SERVERS:-"tsubame-fibers tsubame-threads puma thin"}
+SERVERS=${SERVERS:-"floor tsubame-fibers tsubame-threads puma thin"}
+FLOOR=${FLOOR:-target/release/examples/sleep_floor}
 BENCH=lib/tsubame/tsubame-bench
 APP=benchmarks/apps/io_bound.ru
 export UPSTREAM_URL="http://127.0.0.1:$UPSTREAM_PORT/"
@@ -84,6 +89,8 @@ run() { # NAME PARALLEL_CAPACITY COMMAND...
     local wait_s=1
     [ "$endpoint" = upstream ] && wait_s=0.5
     [ "$endpoint" = instant ] && wait_s=0
+    # The floor server has no HTTP client in it.
+    [ "$name" = floor ] && [ "$endpoint" = upstream ] && continue
     for mode in $MODES; do
       for c in $CONCURRENCY; do
         local rounds=$(( (c + capacity - 1) / capacity ))
@@ -102,6 +109,11 @@ run() { # NAME PARALLEL_CAPACITY COMMAND...
   wait "$pid" 2>/dev/null || true
 }
 
+if [[ " $SERVERS " == *" floor "* ]] && [ ! -x "$FLOOR" ]; then
+  echo "no floor server at $FLOOR: cargo build --release -p tsubame-bench --example sleep_floor, or SERVERS without floor" >&2
+  exit 1
+fi
+run floor 100000 "$FLOOR" "$PORT"
 run tsubame-fibers 100000 ruby exe/tsubame -q --fibers -b "tcp://127.0.0.1:$PORT" "$APP"
 run tsubame-threads 5 ruby exe/tsubame -q -t 5:5 -b "tcp://127.0.0.1:$PORT" "$APP"
 run puma 5 puma -q -t 5:5 -b "tcp://127.0.0.1:$PORT" "$APP"
