@@ -73,7 +73,7 @@ measure() { # NAME ENDPOINT MODE CONC IDEAL EXPECTED
     total = median.(rs.map { |r| r["duration_s"] })
     p99 = median.(rs.map { |r| r["latency_ms"] ? r["latency_ms"]["p99"] / 1000.0 : Float::NAN })
     ideal = Float(ideal)
-    over = ideal.positive? ? format("%+.0f%%", (total / ideal - 1) * 100) : "-"
+    over = ideal.positive? ? format("%+.1f%%", (total / ideal - 1) * 100) : "-"
     codes = rs.last["status_codes"].merge(rs.last["errors"])
     printf("%-16s %-9s %-5s %5s %8s %8.3f %8.3f %7s %s\n", name, endpoint, mode, c, ideal, total, p99, over, codes.inspect)
   ' "$name" "$endpoint" "$mode" "$c" "$ideal" "${reports[@]}"

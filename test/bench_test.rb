@@ -149,9 +149,11 @@ class BenchTest < Minitest::Test
       assert_equal 100, report["requests"]
       assert_equal({ "200" => 100 }, report["status_codes"])
       assert_equal 1.0, report["success_ratio"]
-      # Each answer takes at least 20 ms; allow 15 ms of scheduling noise on top.
+      # Each answer takes at least 20 ms; allow scheduling noise on top
+      # (a loaded machine wakes the Ruby server's sleeps late), but not a
+      # second delay's worth, which counting some wait twice would add.
       assert_operator latency["min"], :>=, 19.9
-      assert_in_delta 22.5, latency["p50"], 2.6
+      assert_operator latency["p50"], :<, 32
       assert_operator latency["p99"], :<, 60
       # Keep-alive: one connection each, plus the check made before the run.
       assert_equal 4 + 1, server.connections
