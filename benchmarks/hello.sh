@@ -20,14 +20,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 command -v wrk >/dev/null || { echo "wrk is missing: run 'make deps'" >&2; exit 1; }
 command -v puma >/dev/null || { echo "puma is missing: run 'make deps'" >&2; exit 1; }
 
-wait_port() {
-  for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$1/" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server on port $1 did not start" >&2
-  exit 1
-}
+source benchmarks/lib.sh
 
 # run_wrk CONNECTIONS PORT -> "rps p50_us p99_us"
 run_wrk() {
@@ -57,7 +50,7 @@ bench_server() { # NAME PORT
 echo "Tsubame: exe/tsubame -t $THREADS:$THREADS" >&2
 ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$PORT_T" "$APP" > "$WORK/tsubame.log" 2>&1 &
 TS=$!
-wait_port "$PORT_T"
+wait_for_url "http://127.0.0.1:$PORT_T/"
 wrk -t1 -c50 -d2s "http://127.0.0.1:$PORT_T/" >/dev/null # warm-up
 bench_server tsubame "$PORT_T"
 kill -TERM "$TS"; wait "$TS" || true
@@ -65,7 +58,7 @@ kill -TERM "$TS"; wait "$TS" || true
 echo "Puma $(puma --version 2>/dev/null | head -1): puma -t $THREADS:$THREADS" >&2
 puma -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$PORT_P" "$APP" > "$WORK/puma.log" 2>&1 &
 PS=$!
-wait_port "$PORT_P"
+wait_for_url "http://127.0.0.1:$PORT_P/"
 wrk -t1 -c50 -d2s "http://127.0.0.1:$PORT_P/" >/dev/null
 bench_server puma "$PORT_P"
 kill -TERM "$PS"; wait "$PS" || true

@@ -45,14 +45,11 @@ trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
 [ -x "$BENCH" ] || { echo "run make build first" >&2; exit 1; }
 
-wait_port() { # PORT PATH
-  for _ in $(seq 1 150); do curl -fs "http://127.0.0.1:$1$2" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server on port $1 did not start" >&2; exit 1
-}
+source benchmarks/lib.sh
 
 DELAY=0.5 ruby exe/tsubame -q --fibers -b "tcp://127.0.0.1:$UPSTREAM_PORT" benchmarks/apps/slow_upstream.ru \
   > /tmp/io_bound-upstream.log 2>&1 &
-wait_port "$UPSTREAM_PORT" /
+wait_for_url "http://127.0.0.1:$UPSTREAM_PORT/"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)   cores: $(nproc)   rounds: $ROUNDS"
 printf '%-16s %-9s %-5s %5s %8s %8s %8s %7s %s\n' server endpoint conns conc ideal_s total_s p99_s over "status codes"
@@ -84,7 +81,7 @@ run() { # NAME PARALLEL_CAPACITY COMMAND...
   [[ " $SERVERS " == *" $name "* ]] || return 0
   "$@" > "/tmp/io_bound-$name.log" 2>&1 &
   local pid=$!
-  wait_port "$PORT" /
+  wait_for_url "http://127.0.0.1:$PORT/"
   for endpoint in $ENDPOINTS; do
     local wait_s=1
     [ "$endpoint" = upstream ] && wait_s=0.5

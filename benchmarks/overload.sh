@@ -15,17 +15,14 @@ APP=benchmarks/apps/overload.ru
 PORT=${PORT:-19500}
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 
-wait_port() {
-  for _ in $(seq 1 100); do curl -fs "http://127.0.0.1:$PORT/fast" >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server did not start" >&2; exit 1
-}
+source benchmarks/lib.sh
 
 run() { # NAME HEALTH_PATH COMMAND...
   local name=$1 health=$2; shift 2
   for mode in scenario1 mixed; do
     "$@" > /tmp/overload-$name.log 2>&1 &
     local pid=$!
-    wait_port
+    wait_for_url "http://127.0.0.1:$PORT/fast"
     if [ "$mode" = scenario1 ]; then
       echo "$name scenario1 $(ruby benchmarks/overload_driver.rb scenario1 "$PORT" "$health")"
     else

@@ -46,14 +46,11 @@ TLS_QUERY="cert=$WORK/cert.pem&key=$WORK/key.pem"
 declare -A APPS=([hello]="benchmarks/apps/hello.ru" [10KiB]="benchmarks/apps/string.ru")
 APP_ORDER=(hello 10KiB)
 
-wait_port() {
-  for _ in $(seq 1 200); do
-    curl -kfs "https://127.0.0.1:$1/" >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  echo "server on port $1 did not start; its log:" >&2
-  cat "$WORK/server.log" >&2
-  exit 1
+source benchmarks/lib.sh
+
+# A TLS server that does not start says why in its log.
+wait_for_tls() { # PORT
+  wait_for_url "https://127.0.0.1:$1/" 200 || { cat "$WORK/server.log" >&2; exit 1; }
 }
 
 # run_wrk PORT -> "rps errors"
@@ -105,7 +102,7 @@ for app in "${APP_ORDER[@]}"; do
   BODY_KIB=10 ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "ssl://127.0.0.1:$PORT_T?$TLS_QUERY" "$rackup" \
     > "$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-  wait_port "$PORT_T"
+  wait_for_tls "$PORT_T"
   wrk -t2 -c"$CONNECTIONS" -d2s "https://127.0.0.1:$PORT_T/" >/dev/null # warm-up
   bench tsubame "$app" "$PORT_T" "-m $STREAMS"
   stop_server
@@ -114,7 +111,7 @@ for app in "${APP_ORDER[@]}"; do
   BODY_KIB=10 puma -q -t "$THREADS:$THREADS" -b "ssl://127.0.0.1:$PORT_P?$TLS_QUERY&verify_mode=none" "$rackup" \
     > "$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-  wait_port "$PORT_P"
+  wait_for_tls "$PORT_P"
   wrk -t2 -c"$CONNECTIONS" -d2s "https://127.0.0.1:$PORT_P/" >/dev/null
   bench puma "$app" "$PORT_P" "--h1"
   stop_server

@@ -1,0 +1,14 @@
+# Helpers the benchmark scripts share; sourced, not run.
+
+# wait_for_url URL [TRIES]: polls every 0.1 s until URL answers with a 2xx
+# (a self-signed certificate is accepted); after TRIES polls (default 150)
+# says what did not answer and returns 1, which ends a `set -e` script.
+wait_for_url() {
+  local url=$1 tries=${2:-150}
+  for _ in $(seq 1 "$tries"); do
+    curl -kfs "$url" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "nothing answered at $url after $tries tries" >&2
+  return 1
+}
