@@ -1,6 +1,7 @@
 //! The only place Tsubame calls Ruby's C API directly: releasing the GVL
 //! around a blocking wait, borrowing the bytes of Ruby strings, and the
-//! two hash operations on the per-request hot path.
+//! two hash operations on the per-request hot path; and the few libc calls
+//! that have no safe wrapper (descriptor reads and writes, `mallopt`).
 
 use magnus::{Error, RArray, RHash, RString, Value};
 use std::ffi::c_void;
@@ -123,3 +124,20 @@ pub fn write_fd(fd: i32, buf: &[u8]) -> std::io::Result<usize> {
     let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
     usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
 }
+
+/// Caps glibc's malloc arenas (Ruby's own allocations; Rust's go to
+/// mimalloc). By default every thread that allocates may get an arena of
+/// its own, up to 8 per core, and each keeps its high-water mark: a server's
+/// Ruby threads, which run one at a time under the GVL anyway, make RSS
+/// creep for no gain.
+#[cfg(target_env = "gnu")]
+pub fn limit_malloc_arenas(max: i32) {
+    // SAFETY: mallopt only changes an allocator setting; M_ARENA_MAX may be
+    // set at any time and applies to arenas created afterwards.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, max);
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+pub fn limit_malloc_arenas(_max: i32) {}

@@ -21,8 +21,16 @@ use magnus::{function, method, prelude::*, Error, Ruby};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The usual production setting for Ruby servers (docs/RELIABILITY.md).
+const DEFAULT_MALLOC_ARENAS: i32 = 2;
+
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
+    // Before the server starts its threads (and a cluster forks its
+    // workers), unless the operator chose a value: glibc read theirs.
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        ffi::limit_malloc_arenas(DEFAULT_MALLOC_ARENAS);
+    }
     errors::init(ruby)?;
     rack_env::init(ruby);
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
