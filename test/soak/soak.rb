@@ -30,13 +30,12 @@ module Soak
   WARMUP_STABLE = 0.02
   CLOSE_SHARE = Float(ENV.fetch("SOAK_CLOSE_SHARE", "0.1"))
   WORKERS = 2
-  # glibc gives each thread that allocates its own malloc arena, and a
-  # worker's tokio and Ruby threads grow several of them, each keeping its
-  # high-water mark: RSS then creeps for reasons that are not leaks and
-  # drowns out one that is. Two arenas (the usual production setting for
-  # Ruby servers) keep the figure about live memory. SOAK_MALLOC_ARENA_MAX=
-  # (empty) runs with glibc's default instead.
-  MALLOC_ARENA_MAX = ENV.fetch("SOAK_MALLOC_ARENA_MAX", "2")
+  # Left unset, the server caps glibc's malloc arenas at 2 itself (with
+  # glibc's default of 8 per core, each of a worker's threads grows an
+  # arena that keeps its high-water mark, and RSS creeps for reasons that
+  # are not leaks). SOAK_MALLOC_ARENA_MAX=N runs the workers with that
+  # value instead, e.g. 16 for glibc's default on 2 cores.
+  MALLOC_ARENA_MAX = ENV.fetch("SOAK_MALLOC_ARENA_MAX", "")
   RSS_GROWTH_LIMIT = 0.05
 
   TARGETS = <<~TARGETS
@@ -84,7 +83,7 @@ module Soak
     url = "http://127.0.0.1:#{server[:port]}/"
     targets = File.join(dir, "targets.txt")
     puts "soak: #{TOTAL} requests in #{ROUNDS} rounds after warm-up rounds of #{WARMUP}, #{WORKERS} workers, " \
-         "MALLOC_ARENA_MAX=#{MALLOC_ARENA_MAX.empty? ? "(glibc default)" : MALLOC_ARENA_MAX}, machine load #{loadavg}"
+         "MALLOC_ARENA_MAX=#{MALLOC_ARENA_MAX.empty? ? "(unset: Tsubame's default cap, 2)" : MALLOC_ARENA_MAX}, machine load #{loadavg}"
     warmup, before = warm_up(server, url, targets)
     series = [before]
     peak = Hash.new(0)
