@@ -106,6 +106,26 @@ class TuneTest < Minitest::Test
     end
   end
 
+  # An app that waits 50 ms per request: 2 threads serve about 40 req/s,
+  # fiber mode as many as the CPU allows, and tune must say so.
+  def test_fibers_adds_fiber_mode_and_recommends_it_for_a_waiting_app
+    in_tmpdir do |dir|
+      app = write_file(dir, "slow.ru", SLOW)
+      out, err, status = tune("--workers", "1", "--threads", "2", "--fibers", "--step-duration", "1s", "--budget", "26s",
+                              "--slo", "p95=1s", "--success", "99", "--json", app)
+      assert_equal 0, status.exitstatus, err
+      report = JSON.parse(out)
+      by_label = report.fetch("settings").to_h { |s| [s["label"], s] }
+      assert_equal ["single mode, 2 threads", "single mode, fiber mode"], by_label.keys
+      threaded = by_label["single mode, 2 threads"]["max_rate"]
+      fibers = by_label["single mode, fiber mode"]["max_rate"]
+      assert_operator threaded, :<=, 60, err
+      assert_operator fibers, :>=, threaded * 5, err
+      assert_equal "single mode, fiber mode", report.dig("recommended", "label")
+      assert_includes report.dig("recommended", "config"), "fiber_scheduler true # every request on a fiber"
+    end
+  end
+
   def test_ctrl_c_stops_the_servers_and_reports_what_was_measured
     in_tmpdir do |dir|
       app = write_file(dir, "interrupted-app.ru", HELLO)

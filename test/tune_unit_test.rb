@@ -77,6 +77,8 @@ class TuneUnitTest < Minitest::Test
       assert_in_delta 60.0, options.budget
       assert_equal "production", options.environment
       assert_equal ["/"], Tune::TuneOptions.new([app]).paths
+      refute Tune::TuneOptions.new([app]).fibers
+      assert Tune::TuneOptions.new(["--fibers", app]).fibers
       {
         [] => /missing the rackup file/,
         [File.join(dir, "nope.ru")] => /rackup file not found/,
@@ -135,7 +137,24 @@ class TuneUnitTest < Minitest::Test
     assert_equal ["workers 4", "threads 1, 1"], cluster.config_lines
     assert_equal "4 workers, 1 thread", cluster.label
     assert_equal 5, cluster.processes
-    assert_equal 4, cluster.total_threads
+    assert_equal 4, cluster.concurrency
+    refute cluster.fibers?
+  end
+
+  def test_fiber_mode_setting_and_grid
+    fibers = Tune::Setting.new(workers: 2, threads: 1, fibers: true)
+    assert_equal ["-w", "2", "-t", "1:1", "--fibers"], fibers.server_args
+    assert_equal ["workers 2", "threads 1, 1", "fiber_scheduler true # every request on a fiber"], fibers.config_lines
+    assert_equal "2 workers, fiber mode", fibers.label
+    assert_equal "2xfibers", fibers.slug
+    assert_equal 2 * Tune::FIBER_CONCURRENCY, fibers.concurrency
+    assert_equal 3, fibers.processes
+
+    grid = Tune::Grid.size(cores: 2, memory_mb: nil, threads: [5, 3], fibers: true)
+    assert_equal [[1, 3, false], [1, 5, false], [2, 3, false], [2, 5, false], [1, 3, true], [2, 3, true]],
+                 grid.settings.map { |s| [s.workers, s.threads, s.fibers?] }
+    assert_equal "workers 1,2 x threads 3,5, and fiber mode", grid.describe
+    refute(Tune::Grid.size(cores: 2, memory_mb: nil).settings.any?(&:fibers?))
   end
 
   # Runs a search against a server that meets the SLO up to `capacity`.

@@ -66,7 +66,8 @@ module Tsubame
 
       def grid_for(options)
         @memory_mb = Machine.memory_mb
-        Grid.size(cores: Machine.cores, memory_mb: @memory_mb, workers: options.workers, threads: options.threads)
+        Grid.size(cores: Machine.cores, memory_mb: @memory_mb, workers: options.workers, threads: options.threads,
+                  fibers: options.fibers)
       end
 
       def check_budget(options, grid)

@@ -2,37 +2,53 @@
 
 module Tsubame
   module Tune
-    # One server configuration to measure: a value per axis of the grid.
+    # One server configuration to measure: a value per axis of the grid
+    # (workers, threads, and fiber mode, where every request runs on a
+    # fiber and the thread count no longer bounds how many are in flight).
     #
     # Each axis knows how to pass its value to exe/tsubame, how to write it
-    # in config/puma.rb and how to show it. A new axis (fiber mode's
-    # `fibers`, say) is one more member with its three methods below, a
-    # default in Grid::DEFAULT_AXES and a flag in TuneOptions; nothing else
-    # iterates over the axes by name.
-    Setting = Struct.new(:workers, :threads, keyword_init: true) do
+    # in config/puma.rb and how to show it; nothing else iterates over the
+    # axes by name.
+    Setting = Struct.new(:workers, :threads, :fibers, keyword_init: true) do
       # One worker means single mode: no master process, as Puma runs
       # without `workers`.
       def single?
         workers == 1
       end
 
+      def fibers?
+        fibers == true
+      end
+
       def server_args
-        ["-w", single? ? "0" : workers.to_s, "-t", "#{threads}:#{threads}"]
+        args = ["-w", single? ? "0" : workers.to_s, "-t", "#{threads}:#{threads}"]
+        fibers? ? args << "--fibers" : args
       end
 
       # The config/puma.rb lines that reproduce this setting.
       def config_lines
-        [single? ? "workers 0 # single mode: one process, no fork" : "workers #{workers}", "threads #{threads}, #{threads}"]
+        lines = [single? ? "workers 0 # single mode: one process, no fork" : "workers #{workers}",
+                 "threads #{threads}, #{threads}"]
+        fibers? ? lines << "fiber_scheduler true # every request on a fiber" : lines
       end
 
       def label
         processes = single? ? "single mode" : "#{workers} workers"
+        return "#{processes}, fiber mode" if fibers?
+
         "#{processes}, #{threads} thread#{"s" unless threads == 1}"
       end
 
-      # App threads across all processes.
-      def total_threads
-        workers * threads
+      # A name for the files of this setting's server.
+      def slug
+        "#{workers}x#{fibers? ? "fibers" : threads}"
+      end
+
+      # Requests the setting runs at once, for sizing the load's
+      # connections: its app threads, or in fiber mode FIBER_CONCURRENCY
+      # per worker (fibers are not a fixed pool; the load ramps past it).
+      def concurrency
+        fibers? ? workers * FIBER_CONCURRENCY : workers * threads
       end
 
       # Processes holding a copy of the app (cluster mode adds the master,
@@ -41,13 +57,16 @@ module Tsubame
         single? ? 1 : workers + 1
       end
     end
+    FIBER_CONCURRENCY = 32
 
     # The settings `tsubame tune` measures: every combination of the axis
     # values, smallest first. Workers default to 1 (single mode), powers of
     # two and the core count (more processes than cores cannot run the
     # Ruby code of more requests at once); threads to 1, 3 (Rails 7.2's
     # default), 5 (Puma's and older Rails') and 10 (for apps that mostly
-    # wait on I/O). Memory trims the grid: before the first boot an app is
+    # wait on I/O); with `fibers`, fiber mode at each worker count too (its
+    # pool threads, which then serve nothing, are the fewest listed).
+    # Memory trims the grid: before the first boot an app is
     # assumed to need ASSUMED_RSS_MB per process, after it its measured RSS.
     class Grid
       DEFAULT_THREADS = [1, 3, 5, 10].freeze
@@ -66,9 +85,12 @@ module Tsubame
       end
 
       # workers/threads: the user's lists, or nil for the defaults.
-      def self.size(cores:, memory_mb:, workers: nil, threads: nil)
-        workers ||= default_workers(cores)
-        grid = new(workers.uniq.sort.product((threads || DEFAULT_THREADS).uniq.sort).map { |w, t| Setting.new(workers: w, threads: t) })
+      def self.size(cores:, memory_mb:, workers: nil, threads: nil, fibers: false)
+        workers = (workers || default_workers(cores)).uniq.sort
+        threads = (threads || DEFAULT_THREADS).uniq.sort
+        settings = workers.product(threads).map { |w, t| Setting.new(workers: w, threads: t, fibers: false) }
+        settings += workers.map { |w| Setting.new(workers: w, threads: threads.first, fibers: true) } if fibers
+        grid = new(settings)
         return grid if memory_mb.nil?
 
         fitting = grid.fit(rss_mb: ASSUMED_RSS_MB, memory_mb: memory_mb, growth: 1.0).first
@@ -101,7 +123,9 @@ module Tsubame
       end
 
       def describe
-        "workers #{@settings.map(&:workers).uniq.join(",")} x threads #{@settings.map(&:threads).uniq.join(",")}"
+        threaded, fibered = @settings.partition { |s| !s.fibers? }
+        text = "workers #{@settings.map(&:workers).uniq.join(",")} x threads #{threaded.map(&:threads).uniq.join(",")}"
+        fibered.empty? ? text : "#{text}, and fiber mode"
       end
     end
   end

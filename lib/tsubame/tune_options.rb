@@ -13,7 +13,7 @@ module Tsubame
       MAX_GRID_VALUE = 1024
       DURATION_UNITS = { "ms" => 0.001, "s" => 1.0, "m" => 60.0, "h" => 3600.0 }.freeze
 
-      attr_reader :app, :slo, :targets, :paths, :headers, :workers, :threads, :step, :budget,
+      attr_reader :app, :slo, :targets, :paths, :headers, :workers, :threads, :fibers, :step, :budget,
                   :html, :json, :environment, :config, :quiet
 
       # A number with a unit, several such parts (1m30s) or bare seconds;
@@ -54,6 +54,7 @@ module Tsubame
         @environment = "production"
         @json = false
         @quiet = false
+        @fibers = false
         @help = nil
         parse(argv)
       end
@@ -122,6 +123,7 @@ module Tsubame
           o.on("--threads LIST", "Threads per process to try (default 1,3,5,10)") do |v|
             @threads = TuneOptions.parse_list(v, "--threads")
           end
+          o.on("--fibers", "Also try fiber mode (every request on a fiber) at each worker count") { @fibers = true }
           o.on("--step-duration TIME", "How long each rate is offered (default 3s)") do |v|
             @step = TuneOptions.parse_duration(v, "--step-duration")
           end

@@ -138,7 +138,7 @@ module Tsubame
       # throughput is about the capacity, and the open loop starts under it.
       def calibrate(result, tag)
         duration = [@options.step, CALIBRATION_MAX].min
-        connections = [result.setting.total_threads * 2, CALIBRATION_CONNECTIONS].max
+        connections = [result.setting.concurrency * 2, CALIBRATION_CONNECTIONS].max
         cal = @load.closed(connections: connections, duration: duration)
         return false if @interrupted
 
@@ -188,7 +188,7 @@ module Tsubame
       def measure_step(server, rate, duration, timeout)
         cpu_before = server.cpu_seconds
         started = monotonic
-        connections = Load.connections_for(rate, @slo.max_ms, server.setting.total_threads)
+        connections = Load.connections_for(rate, @slo.max_ms, server.setting.concurrency)
         m = @load.open(rate: rate, duration: duration, connections: connections, timeout: timeout)
         wall = monotonic - started
         cpu = [server.cpu_seconds - cpu_before, 0].max * 100.0 / wall

@@ -31,8 +31,8 @@ module Tsubame
       def initialize(setting, options, dir:)
         @setting = setting
         @options = options
-        @log = File.join(dir, "server-#{setting.workers}x#{setting.threads}.log")
-        @err = File.join(dir, "server-#{setting.workers}x#{setting.threads}.err")
+        @log = File.join(dir, "server-#{setting.slug}.log")
+        @err = File.join(dir, "server-#{setting.slug}.err")
         @pid = nil
       end
 
