@@ -33,6 +33,7 @@ class ConfigTest < Minitest::Test
     max_connections: nil,
     max_spooled_uploads: 32,
     retry_after: 1,
+    idle_memory_trim: 10.0,
     health_check_path: nil,
     readiness_check_path: nil,
     readiness_queue_threshold: nil, fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
@@ -170,6 +171,7 @@ class ConfigTest < Minitest::Test
       max_connections 500
       max_spooled_uploads 4
       retry_after 2
+      idle_memory_trim false
       health_check_path "/up"
       readiness_check_path "/ready"
       readiness_queue_threshold 3
@@ -193,7 +195,7 @@ class ConfigTest < Minitest::Test
         max_header_size: 8192, max_headers: 50, first_data_timeout: 7.0, persistent_timeout: 5.0,
         body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
-        max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
+        max_connections: 500, max_spooled_uploads: 4, retry_after: 2, idle_memory_trim: nil, health_check_path: "/up",
         readiness_check_path: "/ready", readiness_queue_threshold: 3,
         fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,

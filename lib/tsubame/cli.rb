@@ -118,6 +118,11 @@ module Tsubame
               "503 when no thread took the request in time (default #{defaults[:queue_timeout]})") do |s|
         @options.set(:queue_timeout, s, layer: LAYER)
       end
+      opts.on("--idle-memory-trim SECONDS",
+              "Give freed memory back to the OS after SECONDS with no request; off: never " \
+              "(default #{defaults[:idle_memory_trim]})") do |s|
+        @options.set(:idle_memory_trim, s == "off" ? false : s, layer: LAYER)
+      end
       opts.on("--max-queue N", "503 at once when N requests already wait (default #{defaults[:max_queue]})") do |n|
         @options.set(:max_queue, n, layer: LAYER)
       end

@@ -221,6 +221,12 @@ module Tsubame
       set(:queue_timeout, seconds)
     end
 
+    # After this many seconds with no new request, freed memory goes back
+    # to the OS (glibc's malloc_trim); false turns it off.
+    def idle_memory_trim(seconds)
+      set(:idle_memory_trim, seconds)
+    end
+
     def max_queue(count)
       set(:max_queue, count)
     end

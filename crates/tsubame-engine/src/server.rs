@@ -257,6 +257,9 @@ impl Engine {
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
         runtime.spawn(watch_queue(self.shared.clone()));
+        if let Some(after) = self.shared.opts.idle_memory_trim {
+            runtime.spawn(crate::idle_trim::trim_when_idle(self.shared.clone(), after));
+        }
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
         Ok(())
     }

@@ -21,6 +21,8 @@ pub struct Stats {
     /// accept() failures (out of descriptors, out of memory); the client
     /// stays in the backlog until a later accept succeeds.
     pub accept_errors: AtomicU64,
+    /// Times idle_memory_trim gave freed memory back to the OS.
+    pub memory_trims: AtomicU64,
     pub shed_queue_full: AtomicU64,
     pub shed_queue_timeout: AtomicU64,
     pub shed_request_timeout: AtomicU64,
@@ -42,6 +44,7 @@ pub struct StatsSnapshot {
     pub client_disconnects: u64,
     pub spool_errors: u64,
     pub accept_errors: u64,
+    pub memory_trims: u64,
     pub shed_queue_full: u64,
     pub shed_queue_timeout: u64,
     pub shed_request_timeout: u64,
@@ -79,6 +82,7 @@ impl Stats {
             client_disconnects: get(&self.client_disconnects),
             spool_errors: get(&self.spool_errors),
             accept_errors: get(&self.accept_errors),
+            memory_trims: get(&self.memory_trims),
             shed_queue_full: get(&self.shed_queue_full),
             shed_queue_timeout: get(&self.shed_queue_timeout),
             shed_request_timeout: get(&self.shed_request_timeout),

@@ -56,6 +56,20 @@ pub(crate) fn accept_nonblocking<L: OwnedListener>(listener: &L) -> io::Result<(
     Ok((unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }, peer))
 }
 
+/// Asks glibc to return the free memory in its arenas to the OS
+/// (`malloc_trim(0)`); true if any was. Elsewhere a no-op.
+#[cfg(target_env = "gnu")]
+pub(crate) fn release_free_heap() -> bool {
+    // SAFETY: malloc_trim takes each arena's lock while it works, so it is
+    // safe while other threads allocate and free.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+#[cfg(not(target_env = "gnu"))]
+pub(crate) fn release_free_heap() -> bool {
+    false
+}
+
 /// A new descriptor for whatever the inherited descriptor `fd` refers to,
 /// or EBADF if `fd` is not open.
 pub(crate) fn duplicate(fd: RawFd) -> io::Result<OwnedFd> {

@@ -48,6 +48,7 @@ const OPTION_KEYS: &[&str] = &[
     "max_connections",
     "max_spooled_uploads",
     "retry_after",
+    "idle_memory_trim",
     "health_check_path",
     "readiness_check_path",
     "readiness_queue_threshold",
@@ -150,6 +151,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         max_connections: r.optional("max_connections", d.max_connections)?,
         max_spooled_uploads: r.get("max_spooled_uploads")?.unwrap_or(d.max_spooled_uploads),
         retry_after: r.get("retry_after")?.unwrap_or(d.retry_after),
+        idle_memory_trim: r.optional_seconds("idle_memory_trim", d.idle_memory_trim)?,
         health_check_path: r.optional("health_check_path", d.health_check_path)?,
         readiness_check_path: r.optional("readiness_check_path", d.readiness_check_path)?,
         readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
@@ -318,6 +320,7 @@ impl Server {
         hash.aset("client_disconnects", s.client_disconnects)?;
         hash.aset("spool_errors", s.spool_errors)?;
         hash.aset("accept_errors", s.accept_errors)?;
+        hash.aset("memory_trims", s.memory_trims)?;
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;

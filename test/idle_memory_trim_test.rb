@@ -1,0 +1,62 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# After a burst, a quiet server gives the memory its app freed back to the
+# OS (idle_memory_trim). The burst: waves of 40 requests at once, each
+# building and dropping 16 MiB of 64 KiB strings, as an app reading
+# uploads in chunks does; Ruby frees them at its GCs, glibc keeps the pages.
+class IdleMemoryTrimTest < Minitest::Test
+  include Tsubame::TestHelpers
+
+  # Each request holds 16 MiB of 64 KiB strings for a moment and keeps a
+  # small string between them for good: once the big ones are collected,
+  # the heap is full of holes that glibc cannot hand back on its own.
+  APP = <<~RUBY
+    KEEP = []
+    LOCK = Mutex.new
+    run lambda { |env|
+      if env["PATH_INFO"] == "/gc"
+        GC.start
+        return [200, {}, ["collected"]]
+      end
+      big = Array.new(256) do
+        chunk = "x" * 65_536
+        LOCK.synchronize { KEEP << ("k" * 100) }
+        chunk
+      end
+      sleep 0.01
+      [200, {}, ["built \#{big.size}"]]
+    }
+  RUBY
+
+  def rss_kib(pid)
+    File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i
+  end
+
+  # Returns [RSS after the burst and a GC, RSS after `quiet` more seconds].
+  def burst_then_wait(server, quiet)
+    5.times do
+      Array.new(40) { Thread.new { server.get("/").body } }.each { |t| assert_equal "built 256", t.value }
+    end
+    assert_equal "collected", server.get("/gc").body
+    peak = rss_kib(server.pid)
+    sleep quiet
+    [peak, rss_kib(server.pid)]
+  end
+
+  def test_a_quiet_server_gives_freed_memory_back
+    with_server(APP, args: %w[-t 4:4 --idle-memory-trim 0.5]) do |server|
+      peak, quiet = burst_then_wait(server, 2.5)
+      assert_operator peak, :>, 60_000, "the burst should leave the heap large (#{peak} KiB)"
+      assert_operator quiet, :<, peak * 0.6, "RSS #{peak} KiB after the burst, #{quiet} KiB after 2.5 s quiet"
+    end
+  end
+
+  def test_off_keeps_the_memory
+    with_server(APP, args: %w[-t 4:4 --idle-memory-trim off]) do |server|
+      peak, quiet = burst_then_wait(server, 2.5)
+      assert_operator quiet, :>, peak * 0.8, "RSS #{peak} KiB after the burst, #{quiet} KiB after 2.5 s quiet"
+    end
+  end
+end
