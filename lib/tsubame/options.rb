@@ -99,7 +99,7 @@ module Tsubame
       spool_threshold upload_dir max_uri_size max_header_size max_headers
       first_data_timeout persistent_timeout body_timeout drain_timeout
       log_requests tcp_nodelay request_timeout request_timeout_grace
-      queue_timeout max_queue max_connections max_spooled_uploads retry_after idle_memory_trim
+      queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
       fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size

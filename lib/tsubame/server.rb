@@ -18,6 +18,7 @@ require "tsubame/bind_uri"
 require "tsubame/clock"
 require "tsubame/fiber_loop"
 require "tsubame/fiber_routes"
+require "tsubame/idle_memory"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -50,6 +51,7 @@ module Tsubame
       @fiber_mode = false
       @threads = []
       @fiber_loops = []
+      @idle_memory = nil
       @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
@@ -91,6 +93,7 @@ module Tsubame
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
       @fiber_loops = start_fiber_loops
       @timeouts.start(@threads, @fiber_loops)
+      @idle_memory = IdleMemory.new(@native, @options[:idle_memory_trim]).start if @options[:idle_memory_trim]
       self
     end
 
@@ -126,6 +129,7 @@ module Tsubame
         end
       end
       waiter.join
+      @idle_memory&.stop
       join_threads
       outcome
     end

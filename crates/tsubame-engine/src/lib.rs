@@ -21,7 +21,6 @@ pub mod fuzzing;
 mod h2;
 pub mod health;
 pub mod histogram;
-mod idle_trim;
 pub mod job;
 mod linger;
 pub mod log;

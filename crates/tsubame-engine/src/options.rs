@@ -48,9 +48,6 @@ pub struct EngineOptions {
     pub max_spooled_uploads: usize,
     /// Seconds sent in `Retry-After` with every 503.
     pub retry_after: u64,
-    /// After this long with no new request (following some), freed heap
-    /// memory goes back to the OS (`idle_trim.rs`); `None`: never.
-    pub idle_memory_trim: Option<Duration>,
     pub health_check_path: Option<String>,
     pub readiness_check_path: Option<String>,
     /// Readiness fails while more requests than this wait for a thread;
@@ -104,7 +101,6 @@ impl Default for EngineOptions {
             max_connections: None,
             max_spooled_uploads: 32,
             retry_after: 1,
-            idle_memory_trim: Some(Duration::from_secs(10)),
             health_check_path: None,
             readiness_check_path: None,
             readiness_queue_threshold: None,

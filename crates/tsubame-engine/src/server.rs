@@ -211,6 +211,17 @@ impl Engine {
         self.shared.stats.snapshot(self.shared.queue.len())
     }
 
+    /// Hands the memory glibc holds free back to the OS (`malloc_trim`),
+    /// counted in `memory_trims`; true if any was returned. The Ruby side
+    /// calls it once a server has gone quiet (`idle_memory_trim`).
+    pub fn trim_memory(&self) -> bool {
+        let trimmed = crate::sys::release_free_heap();
+        if trimmed {
+            Stats::bump(&self.shared.stats.memory_trims);
+        }
+        trimmed
+    }
+
     /// Starts the I/O threads and the accept loops. Calling it twice is a
     /// no-op.
     pub fn start(self: &Arc<Self>) -> std::io::Result<()> {
@@ -257,9 +268,6 @@ impl Engine {
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
         runtime.spawn(watch_queue(self.shared.clone()));
-        if let Some(after) = self.shared.opts.idle_memory_trim {
-            runtime.spawn(crate::idle_trim::trim_when_idle(self.shared.clone(), after));
-        }
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
         Ok(())
     }

@@ -51,6 +51,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
+    server.define_method("trim_memory", method!(server::Server::trim_memory, 0))?;
     server.define_method("next_fiber_request", method!(server::Server::next_fiber_request, 0))?;
     server.define_method("fiber_finished", method!(server::Server::fiber_finished, 0))?;
 

@@ -48,7 +48,6 @@ const OPTION_KEYS: &[&str] = &[
     "max_connections",
     "max_spooled_uploads",
     "retry_after",
-    "idle_memory_trim",
     "health_check_path",
     "readiness_check_path",
     "readiness_queue_threshold",
@@ -151,7 +150,6 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         max_connections: r.optional("max_connections", d.max_connections)?,
         max_spooled_uploads: r.get("max_spooled_uploads")?.unwrap_or(d.max_spooled_uploads),
         retry_after: r.get("retry_after")?.unwrap_or(d.retry_after),
-        idle_memory_trim: r.optional_seconds("idle_memory_trim", d.idle_memory_trim)?,
         health_check_path: r.optional("health_check_path", d.health_check_path)?,
         readiness_check_path: r.optional("readiness_check_path", d.readiness_check_path)?,
         readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
@@ -373,6 +371,12 @@ impl Server {
 
     pub fn report_stuck_thread(&self) {
         self.engine.report_stuck_thread();
+    }
+
+    /// glibc's malloc_trim takes milliseconds; the GVL stays held, since
+    /// it is called only when no request is running.
+    pub fn trim_memory(&self) -> bool {
+        self.engine.trim_memory()
     }
 }
 
