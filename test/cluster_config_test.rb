@@ -107,7 +107,12 @@ class ClusterConfigTest < Minitest::Test
         assert_equal pid.to_s, File.read(File.join(dir, "tmp/pids/server.pid")).strip
         assert_equal pid, YAML.safe_load(File.read(File.join(dir, "tmp/pids/puma.state")))["pid"]
         workers = [0, 1].map { |index| File.read(File.join(dir, "tmp/worker-#{index}")).to_i }
-        served = Array.new(20) { Net::HTTP.get(URI("http://127.0.0.1:#{env["PORT"]}/")).to_i }.uniq.sort
+        # Nine slow requests at once against 3 threads per worker: a worker
+        # with no idle thread leaves new connections to the other
+        # (wait_for_less_busy_worker), so both answer. (Twenty quick
+        # requests one after another could all land on one worker.)
+        slow = URI("http://127.0.0.1:#{env["PORT"]}/slow?0.3")
+        served = Array.new(9) { Thread.new { Net::HTTP.get(slow).to_i } }.map(&:value).uniq.sort
         assert_equal workers.sort, served
       ensure
         status = stop(pid)
