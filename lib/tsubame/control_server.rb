@@ -5,6 +5,7 @@ require "socket"
 require "uri"
 require "tsubame/control_token"
 require "tsubame/control_app"
+require "tsubame/named_thread"
 
 module Tsubame
   # The control app's listener: a plain Ruby thread with a blocking accept
@@ -33,9 +34,8 @@ module Tsubame
 
     def start
       @socket = open_socket
-      @thread = Thread.new { accept_loop(@socket) }
-      @thread.name = "tsubame-control"
-      @thread.report_on_exception = false
+      socket = @socket
+      @thread = NamedThread.start("tsubame-control") { accept_loop(socket) }
       @log.info("* Control app on #{@url}#{@token ? "" : " (no token required)"}")
       # A token nobody knows would make the app useless; it is also in the
       # state file when there is one.

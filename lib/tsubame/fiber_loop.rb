@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "tsubame/fiber_scheduler"
+require "tsubame/named_thread"
 
 module Tsubame
   # A Ruby thread running requests on fibers (fiber mode, docs/FIBERS.md).
@@ -24,11 +25,7 @@ module Tsubame
     end
 
     def start
-      @thread = Thread.new do
-        Thread.current.name = "tsubame-fiber-#{@index}"
-        Thread.current.report_on_exception = false
-        run
-      end
+      @thread = NamedThread.start("tsubame-fiber-#{@index}") { run }
       @started.pop
       self
     end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "tsubame/named_thread"
+
 module Tsubame
   # idle_memory_trim (README): once a server has been quiet for a whole
   # period after serving requests, it collects Ruby's garbage and hands the
@@ -16,11 +18,7 @@ module Tsubame
     end
 
     def start
-      @thread = Thread.new do
-        Thread.current.name = "tsubame-idle-memory"
-        Thread.current.report_on_exception = false
-        watch
-      end
+      @thread = NamedThread.start("tsubame-idle-memory") { watch }
       self
     end
 

@@ -19,6 +19,7 @@ require "tsubame/clock"
 require "tsubame/fiber_loop"
 require "tsubame/fiber_routes"
 require "tsubame/idle_memory"
+require "tsubame/named_thread"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -197,11 +198,7 @@ module Tsubame
     end
 
     def spawn_thread(index)
-      Thread.new do
-        Thread.current.name = "tsubame-#{index}"
-        Thread.current.report_on_exception = false
-        serve_requests(index)
-      end
+      NamedThread.start("tsubame-#{index}") { serve_requests(index) }
     end
 
     def serve_requests(index)
