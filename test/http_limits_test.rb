@@ -103,8 +103,11 @@ class HttpLimitsTest < Minitest::Test
         end
       end
       elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-      # 4 MiB are read and dropped; the socket buffers hold far less.
-      assert_operator sent, :>, 4 * 1024 * 1024, "the server drained before closing"
+      # 4 MiB are read and dropped (without the drain, only what the
+      # socket buffers hold, far less, would go). `sent` counts whole
+      # 64 KiB writes: the one cut short by the reset is not in it, so
+      # with little left in the buffers it is exactly 4 MiB.
+      assert_operator sent, :>=, 4 * 1024 * 1024, "the server drained before closing"
       assert_operator sent, :<, 16 * 1024 * 1024
       assert_operator elapsed, :<, 10, "cut off after the drain's bounds"
       assert_equal [], seen(s)
