@@ -211,6 +211,19 @@ impl Engine {
         self.shared.stats.snapshot(self.shared.queue.len())
     }
 
+    /// Runs `f` on the I/O runtime's threads, best effort (one task per
+    /// `io_threads`; with more than one, two may land on the same thread).
+    /// For work that must happen on the thread that owns something, such
+    /// as a thread-local allocator cache.
+    pub fn on_io_threads(&self, f: fn()) {
+        let guard = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(runtime) = guard.as_ref() {
+            for _ in 0..self.shared.opts.io_threads.max(1) {
+                runtime.spawn(async move { f() });
+            }
+        }
+    }
+
     /// Hands the memory glibc holds free back to the OS (`malloc_trim`),
     /// counted in `memory_trims`; true if any was returned. The Ruby side
     /// calls it once a server has gone quiet (`idle_memory_trim`).

@@ -373,9 +373,14 @@ impl Server {
         self.engine.report_stuck_thread();
     }
 
-    /// glibc's malloc_trim takes milliseconds; the GVL stays held, since
-    /// it is called only when no request is running.
+    /// Gives back what the allocators hold free: mimalloc's caches of this
+    /// thread and of the I/O threads (which allocate every request and get
+    /// most of it freed by Ruby threads), then glibc's (`malloc_trim`,
+    /// milliseconds; the GVL stays held, since it is called only when no
+    /// request is running).
     pub fn trim_memory(&self) -> bool {
+        crate::ffi::collect_allocator_cache();
+        self.engine.on_io_threads(crate::ffi::collect_allocator_cache);
         self.engine.trim_memory()
     }
 }
