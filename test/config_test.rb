@@ -139,6 +139,14 @@ class ConfigTest < Minitest::Test
 
   # --- DSL directives -----------------------------------------------------
 
+  def test_off_turns_off_the_optional_timeouts
+    %i[request_timeout queue_timeout idle_memory_trim].each do |key|
+      options = Tsubame::Options.new
+      options.set(key, "off")
+      assert_nil options[key], key
+    end
+  end
+
   def test_overload_settings_are_validated
     assert_raises(Tsubame::ConfigError) { load_file(%(request_timeout 0\n)) }
     assert_raises(Tsubame::ConfigError) { load_file(%(health_check_path "up"\n)) }

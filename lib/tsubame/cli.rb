@@ -121,7 +121,7 @@ module Tsubame
       opts.on("--idle-memory-trim SECONDS",
               "Give freed memory back to the OS after SECONDS with no request; off: never " \
               "(default #{defaults[:idle_memory_trim]})") do |s|
-        @options.set(:idle_memory_trim, s == "off" ? false : s, layer: LAYER)
+        @options.set(:idle_memory_trim, s, layer: LAYER)
       end
       opts.on("--max-queue N", "503 at once when N requests already wait (default #{defaults[:max_queue]})") do |n|
         @options.set(:max_queue, n, layer: LAYER)

@@ -287,7 +287,8 @@ module Tsubame
       when :positive_integer then integer(key, value, 1, "a positive integer")
       when :optional_integer then value.nil? ? nil : integer(key, value, 0, "a non-negative integer or nil")
       when :seconds then seconds(key, value)
-      when :optional_seconds then value.nil? || value == false ? nil : positive_seconds(key, value)
+      # "off" is how a flag (a string) says what nil or false say in a config file.
+      when :optional_seconds then [nil, false, "off"].include?(value) ? nil : positive_seconds(key, value)
       when :optional_path then value.nil? ? nil : path(key, value)
       when :optional_directory then value.nil? ? nil : directory(key, value)
       when :boolean then boolean(key, value)
