@@ -41,13 +41,6 @@ class ClusterConfigTest < Minitest::Test
 
   ENV_VARS = { "RAILS_MAX_THREADS" => "3", "RAILS_ENV" => "production" }.freeze
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
-
   def app_dir(dir)
     write_file(dir, "config/puma.rb", PUMA_RB)
     write_file(dir, "config.ru", PID_APP)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "json"
 
 # After a burst, a quiet server gives the memory its app freed back to the
 # OS (idle_memory_trim). The burst: waves of 40 requests at once, each
@@ -30,6 +31,18 @@ class IdleMemoryTrimTest < Minitest::Test
     }
   RUBY
 
+  # A server with the control app on, to read the engine's memory_trims.
+  def with_trimming_server(trim)
+    control = free_port
+    args = ["-t", "4:4", "--idle-memory-trim", trim, "--control-url", "tcp://127.0.0.1:#{control}", "--control-token", "t"]
+    with_server(APP, args: args) { |server| yield server, control }
+  end
+
+  def memory_trims(control)
+    stats = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/stats?token=t")))
+    stats.fetch("engine").fetch("memory_trims")
+  end
+
   def rss_kib(pid)
     File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i
   end
@@ -48,18 +61,20 @@ class IdleMemoryTrimTest < Minitest::Test
 
   # No GC after the burst: the quiet server runs it itself, then trims.
   def test_a_quiet_server_collects_and_gives_memory_back
-    with_server(APP, args: %w[-t 4:4 --idle-memory-trim 0.5]) do |server|
+    with_trimming_server("0.5") do |server, control|
       peak, quiet = burst_then_wait(server, 2.5, collect: false)
       assert_operator peak, :>, 60_000, "the burst should leave the heap large (#{peak} KiB)"
       assert_operator quiet, :<, peak * 0.6, "RSS #{peak} KiB after the burst, #{quiet} KiB after 2.5 s quiet"
+      assert_equal 1, memory_trims(control), "one trim per quiet spell"
     end
   end
 
   # Even with the garbage collected, glibc keeps the pages.
   def test_off_keeps_the_memory
-    with_server(APP, args: %w[-t 4:4 --idle-memory-trim off]) do |server|
+    with_trimming_server("off") do |server, control|
       peak, quiet = burst_then_wait(server, 2.5, collect: true)
       assert_operator quiet, :>, peak * 0.8, "RSS #{peak} KiB after the burst, #{quiet} KiB after 2.5 s quiet"
+      assert_equal 0, memory_trims(control)
     end
   end
 end

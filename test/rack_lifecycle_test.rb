@@ -173,13 +173,6 @@ class RackLifecycleTest < Minitest::Test
     end
   end
 
-  def free_port
-    server = TCPServer.new("127.0.0.1", 0)
-    server.addr[1]
-  ensure
-    server&.close
-  end
-
   # Runs a command that prints the banner, waits for "Listening on", and
   # yields the pid; always reaps it.
   def with_process(env, *cmd, chdir: ROOT)

@@ -145,6 +145,15 @@ module Tsubame
   end
 
   module TestHelpers
+    # A TCP port nothing listens on right now, for a server whose address
+    # must be known before it starts (a control URL, $PORT).
+    def free_port
+      server = TCPServer.new("127.0.0.1", 0)
+      server.addr[1]
+    ensure
+      server&.close
+    end
+
     # Yields a running TestServer and always kills it afterwards.
     def with_server(rackup, **opts)
       server = TestServer.new(rackup, **opts)
