@@ -35,7 +35,8 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil, fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
+    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 1.0,
+    fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
     http2: true,
     h2c: false,
     h2_max_concurrent_streams: 100,
@@ -182,6 +183,9 @@ class ConfigTest < Minitest::Test
       health_check_path "/up"
       readiness_check_path "/ready"
       readiness_queue_threshold 3
+      readiness_queue_wait 0.5
+      readiness_hold 2
+      shutdown_delay 5
       fiber_scheduler
       fiber_paths "/io/", %r{\\A/api/\\d+}i
       fiber_paths "/more/"
@@ -203,7 +207,7 @@ class ConfigTest < Minitest::Test
         body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
         max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
-        readiness_check_path: "/ready", readiness_queue_threshold: 3,
+        readiness_check_path: "/ready", readiness_queue_threshold: 3, readiness_queue_wait: 0.5, readiness_hold: 2.0,
         fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
@@ -211,6 +215,7 @@ class ConfigTest < Minitest::Test
       },
       options.native
     )
+    assert_equal 5.0, options[:shutdown_delay], "Ruby-side: the launcher and the cluster wait it out"
   end
 
   def test_ssl_bind_early_hints_and_self_signed

@@ -140,7 +140,10 @@ class OverloadTest < Minitest::Test
         seconds
       end.max
       assert_operator slowest, :<, 0.05, "liveness never queues behind the app"
-      status, _, body, response = timed_get(s, "/ready")
+      # Busy once a request has waited readiness_queue_wait (0.25 s).
+      deadline = now + 3
+      sleep 0.02 until (ready = timed_get(s, "/ready"))[0] == 503 || now > deadline
+      status, _, body, response = ready
       assert_equal 503, status
       json = JSON.parse(body)
       assert_equal "busy", json["status"]

@@ -135,6 +135,20 @@ module Tsubame
       opts.on("--readiness-check-path PATH", "Readiness: 503 while busy or draining (default: off)") do |path|
         @options.set(:readiness_check_path, path, layer: LAYER)
       end
+      opts.on("--readiness-queue-wait SECONDS",
+              "Readiness says busy once a request waited this long for a thread " \
+              "(default #{defaults[:readiness_queue_wait]})") do |s|
+        @options.set(:readiness_queue_wait, s, layer: LAYER)
+      end
+      opts.on("--readiness-hold SECONDS",
+              "Readiness stays busy this long after (default #{defaults[:readiness_hold]})") do |s|
+        @options.set(:readiness_hold, s, layer: LAYER)
+      end
+      opts.on("--shutdown-delay SECONDS",
+              "On TERM/INT, fail readiness and keep serving this long before draining " \
+              "(default #{defaults[:shutdown_delay]})") do |s|
+        @options.set(:shutdown_delay, s, layer: LAYER)
+      end
       fiber_flags(opts)
       opts.on("--drain-timeout SECONDS",
               "On TERM/INT, wait this long for requests in flight (default #{defaults[:drain_timeout]})") do |s|

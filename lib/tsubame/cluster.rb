@@ -227,6 +227,7 @@ module Tsubame
         wait_for_events
         process_commands
         reap
+        begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
         next if @stopping
 
         check_workers
@@ -277,6 +278,8 @@ module Tsubame
 
     def booted(worker)
       worker.booted!
+      # Booted during a shutdown delay (a replacement): it leaves too.
+      tell_lame_duck(worker) if @leave_at
       worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
       @boot_failures = 0
       @log.info("- #{worker.describe} booted in #{worker.boot_seconds.round(2)}s, phase: #{worker.phase}")
@@ -300,7 +303,7 @@ module Tsubame
       until @commands.empty?
         name = @commands.pop
         case name
-        when :stop then begin_stop(:graceful)
+        when :stop then begin_leaving
         when :halt then begin_stop(:halt)
         when :hangup then hangup
         when :reopen_logs then reopen_logs
@@ -563,6 +566,22 @@ module Tsubame
     end
 
     # --- stopping -------------------------------------------------------
+
+    # TERM/INT with shutdown_delay: every worker's readiness fails at once
+    # while they go on serving; the drain begins when the delay is over (or
+    # at a second TERM/INT).
+    def begin_leaving
+      delay = @options[:shutdown_delay]
+      return begin_stop(:graceful) if delay.zero? || @leave_at
+
+      @leave_at = monotonic + delay
+      @log.info("- Shutdown delay: readiness fails now; serving #{delay}s more before the drain")
+      @workers.each { |w| tell_lame_duck(w) }
+    end
+
+    def tell_lame_duck(worker)
+      worker.link.send("type" => "lame_duck") if worker.link && !worker.link.closed?
+    end
 
     def begin_stop(mode)
       return if @stopping == mode || @stopping == :halt

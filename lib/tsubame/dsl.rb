@@ -277,6 +277,20 @@ module Tsubame
       set(:readiness_queue_threshold, count)
     end
 
+    def readiness_queue_wait(seconds)
+      set(:readiness_queue_wait, seconds)
+    end
+
+    def readiness_hold(seconds)
+      set(:readiness_hold, seconds)
+    end
+
+    # On TERM/INT: readiness answers 503 at once, serving goes on for this
+    # long, then the drain (docs/OVERLOAD.md, "Stopping behind a balancer").
+    def shutdown_delay(seconds)
+      set(:shutdown_delay, seconds)
+    end
+
     # Puma also takes :immediately and :forever. Waiting forever is not
     # offered: a stop must finish, so it has to have a bound.
     def force_shutdown_after(seconds)

@@ -60,7 +60,7 @@ module Tsubame
     # answers in cluster mode.
     def command(name)
       case name
-      when :stop then @server.stop
+      when :stop then leave(@server)
       when :halt then halt
       when :hot_restart then request_restart
       end
@@ -170,12 +170,29 @@ module Tsubame
 
     def on_signal(signal, server)
       case signal
-      when "TERM", "INT" then server.stop
+      when "TERM", "INT" then leave(server)
       when "USR2" then request_restart
       when "HUP" then hangup(server)
       else
         # Logging is I/O, which a trap handler should not do itself.
         Thread.new { @stderr.puts "tsubame: #{signal} needs cluster mode (workers > 0); ignored" }
+      end
+    end
+
+    # A stop with shutdown_delay: readiness fails at once while serving goes
+    # on, so a load balancer takes the instance out before the drain closes
+    # anything. A second TERM/INT (or ctl stop) cuts the delay short.
+    def leave(server)
+      delay = @options[:shutdown_delay]
+      return server.stop if delay.zero? || @leaving
+
+      @leaving = true
+      server.enter_lame_duck
+      # A trap handler must not sleep or do I/O itself.
+      Thread.new do
+        @stdout.puts "- Shutdown delay: readiness fails now; serving #{delay}s more before the drain"
+        sleep delay
+        server.stop
       end
     end
 

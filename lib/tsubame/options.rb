@@ -48,6 +48,9 @@ module Tsubame
       health_check_path: nil,
       readiness_check_path: nil,
       readiness_queue_threshold: nil,
+      readiness_queue_wait: 0.25,
+      readiness_hold: 1.0,
+      shutdown_delay: 0.0,
       fiber_scheduler: false,
       fiber_paths: [].freeze,
       fiber_threads: 1,
@@ -101,7 +104,7 @@ module Tsubame
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
-      fiber_scheduler fiber_paths fiber_threads max_fibers
+      readiness_queue_wait readiness_hold fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
     ].freeze
@@ -135,6 +138,9 @@ module Tsubame
       health_check_path: :optional_path,
       readiness_check_path: :optional_path,
       readiness_queue_threshold: :optional_integer,
+      readiness_queue_wait: :timeout,
+      readiness_hold: :seconds,
+      shutdown_delay: :seconds,
       fiber_scheduler: :boolean,
       fiber_paths: :fiber_paths,
       fiber_threads: :positive_integer,

@@ -98,6 +98,13 @@ module Tsubame
       self
     end
 
+    # The lame-duck period (shutdown_delay): readiness answers 503 and
+    # responses close their connections, while everything is still served.
+    # Safe to call from a trap handler.
+    def enter_lame_duck
+      @native&.enter_lame_duck
+    end
+
     # Begins a graceful stop. Safe to call from a trap handler.
     # close_listeners: false keeps the sockets open (for a hot restart, or
     # for a cluster master that still holds them); #wait then leaves them

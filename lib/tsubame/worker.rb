@@ -125,6 +125,11 @@ module Tsubame
           GC.start
           { "pid" => Process.pid, "gc" => "done" }
         when "backtraces" then backtraces
+        when "lame_duck"
+          # The cluster is stopping with shutdown_delay: the master sends
+          # TERM once the delay is over.
+          @server.enter_lame_duck
+          { "pid" => Process.pid, "lame_duck" => true }
         else { "error" => "unknown request #{message["type"].inspect}" }
         end
       @link.send("type" => "reply", "id" => message["id"], "pid" => Process.pid, "data" => data)

@@ -169,7 +169,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         };
         if let Some(probe) = health::answer(&head, &shared) {
             // Probes are answered here and never reach the queue.
-            let keep = head.keep_alive && !shared.is_stopping();
+            let keep = head.keep_alive && !shared.is_leaving();
             if !matches!(
                 timeout(shared.opts.body_timeout, send(&mut io, &probe)).await,
                 Ok(Ok(()))
@@ -184,7 +184,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         // the log line of a refused request; formatted only when written.
         let (method, target) = (head.method.clone(), head.target.clone());
         let wants_json = accepts_json(&head);
-        let keep_alive = head.keep_alive && !shared.is_stopping();
+        let keep_alive = head.keep_alive && !shared.is_leaving();
         let version = head.version;
         let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
         let Some(Submitted { mut answer, state, seq }) = submitted.await else {
@@ -234,6 +234,9 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 .await;
             }
         };
+        // The stop (or its lame-duck period) may have begun while the app
+        // ran: the head it made would keep the connection open.
+        let reply = if shared.is_leaving() { reply.closing() } else { reply };
         let status = reply_status(&reply);
         let (written, body_bytes) = match reply {
             Reply::Hijack { socket } => {
@@ -254,7 +257,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             });
         }
         match written {
-            Written::KeepAlive(true) if !shared.is_stopping() => continue,
+            Written::KeepAlive(true) if !shared.is_leaving() => continue,
             Written::KeepAlive(_) => {
                 let _ = io.shutdown().await;
                 return;

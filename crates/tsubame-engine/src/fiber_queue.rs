@@ -137,6 +137,11 @@ impl FiberQueue {
     pub fn wait_times(&self) -> &Histogram {
         &self.wait_times
     }
+
+    /// See `Backlog::waited`.
+    pub fn waited(&self, position: usize) -> Option<Duration> {
+        self.lock().waited(position)
+    }
 }
 
 #[cfg(test)]

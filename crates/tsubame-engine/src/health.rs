@@ -3,6 +3,7 @@
 //! microseconds even while every thread is busy.
 
 use crate::parse::RequestHead;
+use crate::readiness::Verdict;
 use crate::response::ResponseHead;
 use crate::server::Shared;
 use std::fmt::Write;
@@ -30,14 +31,12 @@ fn probe_for(head: &RequestHead, shared: &Shared) -> Option<Probe> {
 /// The whole response (head and body) when `head` asks for a probe path.
 pub(crate) fn answer(head: &RequestHead, shared: &Shared) -> Option<Vec<u8>> {
     let probe = probe_for(head, shared)?;
-    let threshold = shared.opts.readiness_queue_threshold.unwrap_or(0);
-    let queued = shared.queue.len();
-    let draining = shared.is_stopping();
     let (status, state) = match probe {
         Probe::Liveness => (200, "ok"),
-        Probe::Readiness if draining => (503, "draining"),
-        Probe::Readiness if queued > threshold => (503, "busy"),
-        Probe::Readiness => (200, "ready"),
+        Probe::Readiness => match shared.readiness_verdict() {
+            Verdict::Ready => (200, "ready"),
+            other => (503, other.as_str()),
+        },
     };
     let body = status_json(shared, state);
     let mut response = ResponseHead::new(status).ok()?;
@@ -77,7 +76,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         max_threads,
         stats.backlog,
         stats.connections_active,
-        shared.is_stopping(),
+        shared.is_leaving(),
         stats.requests_total,
         stats.shed_request_timeout,
         stats.stuck_threads,

@@ -27,6 +27,7 @@ pub mod log;
 pub mod options;
 pub mod parse;
 pub mod queue;
+pub mod readiness;
 pub mod reply;
 pub mod response;
 mod rewind;

@@ -50,9 +50,13 @@ pub struct EngineOptions {
     pub retry_after: u64,
     pub health_check_path: Option<String>,
     pub readiness_check_path: Option<String>,
-    /// Readiness fails while more requests than this wait for a thread;
-    /// `None` means 0: any wait means every thread is busy.
+    /// Readiness fails once more than this many requests have waited for
+    /// a thread at least `readiness_queue_wait` (see `readiness.rs`);
+    /// `None` means 0.
     pub readiness_queue_threshold: Option<usize>,
+    pub readiness_queue_wait: Duration,
+    /// How long readiness keeps answering busy after saturation was seen.
+    pub readiness_hold: Duration,
     /// Fiber mode: requests `fiber_paths` selects (all of them when it is
     /// empty) go to the fiber queue, run by `fiber_threads` Ruby threads.
     pub fiber_scheduler: bool,
@@ -104,6 +108,8 @@ impl Default for EngineOptions {
             health_check_path: None,
             readiness_check_path: None,
             readiness_queue_threshold: None,
+            readiness_queue_wait: Duration::from_millis(250),
+            readiness_hold: Duration::from_secs(1),
             fiber_scheduler: false,
             fiber_paths: Vec::new(),
             fiber_threads: 1,

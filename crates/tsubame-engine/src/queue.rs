@@ -63,6 +63,14 @@ impl Backlog {
         expired
     }
 
+    /// How long the job at `position` (0 is the oldest) has waited, if that
+    /// many are queued. FIFO order makes it a sustained measure: when the
+    /// job at position N has waited D, more than N jobs have been waiting
+    /// at every moment of D, since every job ahead of it is still here.
+    pub fn waited(&self, position: usize) -> Option<std::time::Duration> {
+        self.jobs.get(position).map(|job| job.queued_at.elapsed())
+    }
+
     /// Closes and takes every queued job, for a stop that ran out of time.
     pub fn close_and_drain(&mut self) -> Vec<Job> {
         self.closed = true;
@@ -279,6 +287,11 @@ impl JobQueue {
 
     pub fn waiting(&self) -> usize {
         self.lock().waiting
+    }
+
+    /// See `Backlog::waited`.
+    pub fn waited(&self, position: usize) -> Option<std::time::Duration> {
+        self.lock().backlog.waited(position)
     }
 }
 

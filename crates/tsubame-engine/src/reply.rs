@@ -1,3 +1,4 @@
+use crate::response::close_connection;
 use crate::stream_channel::StreamReceiver;
 use bytes::Bytes;
 use std::fs::File;
@@ -45,6 +46,55 @@ pub enum Reply {
         head: Bytes,
         next: tokio::sync::oneshot::Receiver<Reply>,
     },
+}
+
+impl Reply {
+    /// The same reply for an HTTP/1 connection that must close after it
+    /// (the server began to stop while the app made it): a head that would
+    /// keep the connection says `connection: close` instead, so a client or
+    /// proxy does not send its next request into a closing socket.
+    pub fn closing(self) -> Reply {
+        match self {
+            Reply::Full {
+                status,
+                data,
+                body_len,
+                close: false,
+            } => Reply::Full {
+                status,
+                data: close_connection(&data).into(),
+                body_len,
+                close: true,
+            },
+            Reply::File {
+                status,
+                head,
+                file,
+                len,
+                close: false,
+            } => Reply::File {
+                status,
+                head: close_connection(&head).into(),
+                file,
+                len,
+                close: true,
+            },
+            Reply::Stream {
+                status,
+                head,
+                chunks,
+                framing,
+                close: false,
+            } => Reply::Stream {
+                status,
+                head: close_connection(&head).into(),
+                chunks,
+                framing,
+                close: true,
+            },
+            other => other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

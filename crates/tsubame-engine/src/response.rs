@@ -276,6 +276,31 @@ pub struct FinishedHead {
     pub framing: StreamFraming,
 }
 
+/// `bytes` (a serialized HTTP/1 head, possibly followed by its body) with
+/// the head changed to close the connection: for a reply the app made
+/// before a stop began and that is written after. Our own heads never hold
+/// an empty line before their end (header values are checked for CR and
+/// LF), so the first one is the head's end.
+pub fn close_connection(bytes: &[u8]) -> Vec<u8> {
+    const KEEP_ALIVE: &[u8] = b"connection: keep-alive\r\n";
+    let Some(end) = memchr::memmem::find(bytes, b"\r\n\r\n") else {
+        return bytes.to_vec();
+    };
+    let (head, rest) = bytes.split_at(end + 2);
+    let mut out = Vec::with_capacity(bytes.len() + 19);
+    // Ours is the head's last line, in exactly this form (HTTP/1.0).
+    let own_keep_alive =
+        head.len() > KEEP_ALIVE.len() && head.ends_with(KEEP_ALIVE) && head[head.len() - KEEP_ALIVE.len() - 1] == b'\n';
+    if own_keep_alive {
+        out.extend_from_slice(&head[..head.len() - KEEP_ALIVE.len()]);
+    } else {
+        out.extend_from_slice(head);
+    }
+    out.extend_from_slice(b"connection: close\r\n");
+    out.extend_from_slice(rest);
+    out
+}
+
 /// A minimal response for requests the engine refuses itself; the
 /// connection closes after it.
 pub fn error_response(status: u16, detail: &str) -> Vec<u8> {
@@ -407,6 +432,24 @@ mod tests {
 
     fn text(head: &FinishedHead) -> String {
         String::from_utf8(head.bytes.clone()).unwrap()
+    }
+
+    #[test]
+    fn a_keep_alive_head_is_turned_into_a_closing_one_body_untouched() {
+        let mut head = ResponseHead::new(200).unwrap();
+        head.header(b"x-note", b"connection: keep-alive").unwrap();
+        let mut done = head.finish_full(4, false, true, Version::Http10);
+        done.bytes.extend_from_slice(b"\r\n\r\n");
+        let closed = String::from_utf8(close_connection(&done.bytes)).unwrap();
+        assert!(closed.contains("x-note: connection: keep-alive\r\n"), "{closed}");
+        assert!(!closed.contains("\r\nconnection: keep-alive"), "{closed}");
+        assert!(closed.ends_with("\r\nconnection: close\r\n\r\n\r\n\r\n"), "{closed}");
+        let h11 = ResponseHead::new(204)
+            .unwrap()
+            .finish_full(0, false, true, Version::Http11);
+        let closed = String::from_utf8(close_connection(&h11.bytes)).unwrap();
+        assert!(closed.starts_with("HTTP/1.1 204 No Content\r\n"), "{closed}");
+        assert!(closed.ends_with("connection: close\r\n\r\n"), "{closed}");
     }
 
     #[test]

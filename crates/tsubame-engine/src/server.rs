@@ -16,6 +16,7 @@ use crate::options::EngineOptions;
 use crate::parse::Limits;
 use crate::parse::Version;
 use crate::queue::JobQueue;
+use crate::readiness::{Readiness, Verdict};
 use crate::reply::Reply;
 use crate::response::unavailable_response;
 use crate::stats::{Stats, StatsSnapshot};
@@ -46,6 +47,7 @@ pub(crate) struct Shared {
     pub nudger: Notify,
     pub spool_gate: Arc<SpoolGate>,
     pub timed_out: TimedOut,
+    readiness: Readiness,
     seq: AtomicU64,
     max_connections: u64,
 }
@@ -58,7 +60,13 @@ impl Shared {
             max_headers: opts.max_headers,
         };
         let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
+        let readiness = Readiness::new(
+            opts.readiness_queue_threshold.unwrap_or(0),
+            opts.readiness_queue_wait,
+            opts.readiness_hold,
+        );
         Shared {
+            readiness,
             spool_gate: SpoolGate::with_dir(opts.max_spooled_uploads, opts.upload_dir.clone()),
             timed_out: TimedOut::default(),
             seq: AtomicU64::new(1),
@@ -78,6 +86,17 @@ impl Shared {
 
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Stopping, or in the lame-duck period before a stop: responses tell
+    /// the client to close, so its next request opens a connection that a
+    /// load balancer sends elsewhere.
+    pub fn is_leaving(&self) -> bool {
+        self.is_stopping() || self.readiness.is_lame_duck()
+    }
+
+    pub fn readiness_verdict(&self) -> Verdict {
+        self.readiness.verdict(self.is_stopping(), &self.queue, &self.fibers)
     }
 
     pub fn next_seq(&self) -> u64 {
@@ -287,6 +306,13 @@ impl Engine {
 
     fn lock_lifecycle(&self) -> std::sync::MutexGuard<'_, Lifecycle> {
         self.lifecycle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The lame-duck period before a stop (`shutdown_delay`): readiness
+    /// answers 503 draining and responses carry `connection: close`, while
+    /// the listeners go on accepting and serving until `stop`.
+    pub fn enter_lame_duck(&self) {
+        self.shared.readiness.enter_lame_duck();
     }
 
     /// Begins a graceful stop: no new connections, idle keep-alive

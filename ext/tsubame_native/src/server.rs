@@ -1,7 +1,7 @@
 //! `Tsubame::Native::Server`: the engine as seen from Ruby.
 
 use crate::errors::bind_error;
-use crate::ffi::without_gvl;
+use crate::ffi::{os_path, without_gvl};
 use crate::request::Request;
 use magnus::{prelude::*, Error, RArray, RHash, RString, Ruby, Symbol, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +51,8 @@ const OPTION_KEYS: &[&str] = &[
     "health_check_path",
     "readiness_check_path",
     "readiness_queue_threshold",
+    "readiness_queue_wait",
+    "readiness_hold",
     "fiber_scheduler",
     "fiber_paths",
     "fiber_threads",
@@ -133,7 +135,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         threads_max: r.get("threads_max")?.unwrap_or(d.threads_max),
         max_body_size: r.get("max_body_size")?,
         spool_threshold: r.get("spool_threshold")?.unwrap_or(d.spool_threshold),
-        upload_dir: r.get::<String>("upload_dir")?.map(std::path::PathBuf::from),
+        upload_dir: r.get::<RString>("upload_dir")?.map(os_path),
         max_uri_size: r.get("max_uri_size")?.unwrap_or(d.max_uri_size),
         max_header_size: r.get("max_header_size")?.unwrap_or(d.max_header_size),
         max_headers: r.get("max_headers")?.unwrap_or(d.max_headers),
@@ -153,6 +155,8 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         health_check_path: r.optional("health_check_path", d.health_check_path)?,
         readiness_check_path: r.optional("readiness_check_path", d.readiness_check_path)?,
         readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
+        readiness_queue_wait: r.seconds("readiness_queue_wait", d.readiness_queue_wait)?,
+        readiness_hold: r.seconds("readiness_hold", d.readiness_hold)?,
         fiber_scheduler: r.get("fiber_scheduler")?.unwrap_or(d.fiber_scheduler),
         fiber_paths: match r.get::<RArray>("fiber_paths")? {
             None => d.fiber_paths,
@@ -247,6 +251,12 @@ impl Server {
             .engine
             .start()
             .map_err(|e| Error::new(ruby.exception_runtime_error(), format!("cannot start the engine: {e}")))
+    }
+
+    /// The lame-duck period before a stop (`shutdown_delay`): readiness
+    /// answers 503 while requests are still served. Safe in a trap handler.
+    pub fn enter_lame_duck(&self) {
+        self.engine.enter_lame_duck();
     }
 
     /// Begins a graceful stop and returns at once (safe in a trap handler).
