@@ -262,6 +262,64 @@ class RackResponseTest < Minitest::Test
     end
   end
 
+  # Serves FILES_DIR's files by name, through Rack::Files (its path is
+  # ASCII-8BIT: PATH_INFO is) and through a body of the app's own whose
+  # to_path is the same path tagged ASCII-8BIT or UTF-8 (for a Latin-1
+  # name, UTF-8 that is not valid UTF-8).
+  FILE_NAMES_APP = <<~'RUBY'
+    files = Rack::Files.new(ENV.fetch("FILES_DIR"))
+
+    path_body = Struct.new(:path) do
+      def to_path
+        path
+      end
+
+      def each
+        raise "each must not be called when to_path is served"
+      end
+    end
+
+    run lambda { |env|
+      case env["PATH_INFO"]
+      when %r{\A/files(/.*)\z}
+        files.call(env.merge("PATH_INFO" => $1))
+      when %r{\A/to-path/(binary|utf-8)/(.*)\z}
+        encoding, name = $1, $2
+        path = File.join(ENV.fetch("FILES_DIR"), Rack::Utils.unescape_path(name)).b
+        path.force_encoding(Encoding::UTF_8) if encoding == "utf-8"
+        [200, { "content-type" => "application/octet-stream" }, path_body.new(path)]
+      else
+        [404, { "content-type" => "text/plain" }, ["not found"]]
+      end
+    }
+  RUBY
+
+  # Unix paths are bytes: a to_path body opens its file whatever the name's
+  # bytes and whatever encoding its String is tagged with.
+  def test_to_path_bodies_open_non_ascii_file_names
+    files_dir = File.join(@dir, "files")
+    Dir.mkdir(files_dir)
+    contents = {}
+    ["日本語.txt", "café.txt", "caf\xE9.txt".b].each_with_index do |name, i|
+      contents[name] = "file #{i} ".b + name.b + "\n".b + (0..255).map(&:chr).join.b * (i + 1)
+      File.binwrite(File.join(files_dir, name), contents[name])
+    end
+    assert_equal 3, Dir.children(files_dir).size
+    with_server(FILE_NAMES_APP, env: { "FILES_DIR" => files_dir }) do |s|
+      contents.each do |name, content|
+        escaped = name.b.bytes.map { |b| b < 0x80 ? b.chr : format("%%%02X", b) }.join
+        ["/files/", "/to-path/binary/", "/to-path/utf-8/"].each do |prefix|
+          reply = get(s, prefix + escaped)
+          where = "#{prefix}#{name.inspect}"
+          assert_equal 200, reply.status, "#{where}: #{reply.raw.inspect} #{s.stderr}"
+          assert_equal content.bytesize.to_s, reply["content-length"], where
+          assert_equal content, reply.body, where
+        end
+      end
+      assert_empty s.stderr
+    end
+  end
+
   def test_rack3_streaming_body
     serve do |s|
       reply = get(s, "/streaming")

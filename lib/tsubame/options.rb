@@ -425,7 +425,9 @@ module Tsubame
 
     def string(key, value)
       text = value.is_a?(Symbol) ? value.to_s : value
-      return text.dup.freeze if text.is_a?(String) && !text.strip.empty?
+      # `b`: a path may hold bytes that are not valid in its encoding
+      # (`strip` raises on those); Rust takes a path as bytes.
+      return text.dup.freeze if text.is_a?(String) && !text.b.strip.empty?
 
       raise ConfigError, "#{key} must be a non-empty string (got #{value.inspect})"
     end

@@ -4,8 +4,10 @@
 //! that have no safe wrapper (descriptor reads and writes, `mallopt`).
 
 use magnus::{Error, RArray, RHash, RString, Value};
-use std::ffi::c_void;
+use std::ffi::{c_void, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 
 struct Call<F, R> {
     func: Option<F>,
@@ -76,6 +78,13 @@ pub fn with_bytes<T>(s: RString, f: impl FnOnce(&[u8]) -> T) -> T {
     // (it gets no Ruby handle), so the string can be neither mutated nor
     // collected while borrowed; `s` itself is on the stack, so the GC sees it.
     f(unsafe { s.as_slice() })
+}
+
+/// A Ruby string as a filesystem path, taken as bytes whatever its
+/// encoding: Unix paths are bytes, and a name may be Latin-1 bytes in an
+/// ASCII-8BIT string, or a UTF-8-tagged string that is not valid UTF-8.
+pub fn os_path(s: RString) -> PathBuf {
+    with_bytes(s, |b| PathBuf::from(OsStr::from_bytes(b)))
 }
 
 /// Calls `f` with the elements of a Ruby array.

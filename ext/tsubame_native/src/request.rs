@@ -3,7 +3,7 @@
 //! object itself is the env's `rack.hijack` callable, so no Proc is
 //! allocated per request).
 
-use crate::ffi::{with_bytes, with_elements, without_gvl};
+use crate::ffi::{os_path, with_bytes, with_elements, without_gvl};
 use crate::input::Input;
 use crate::rack_env;
 use crate::stream::Stream;
@@ -183,9 +183,9 @@ impl Request {
             return Ok(ruby.qtrue().as_value());
         }
         if body.respond_to("to_path", false)? {
+            // Opened by its bytes: a path need not be valid UTF-8.
             let path: RString = body.funcall("to_path", ())?;
-            let path = path.to_string()?;
-            if let Ok(file) = std::fs::File::open(&path) {
+            if let Ok(file) = std::fs::File::open(os_path(path)) {
                 if let Ok(meta) = file.metadata() {
                     if meta.is_file() {
                         let len = meta.len();
