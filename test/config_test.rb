@@ -35,7 +35,7 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 1.0,
+    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 1.0, handoff_spin: 0.00005,
     fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
     http2: true,
     h2c: false,
@@ -186,6 +186,7 @@ class ConfigTest < Minitest::Test
       readiness_queue_wait 0.5
       readiness_hold 2
       shutdown_delay 5
+      handoff_spin 0
       fiber_scheduler
       fiber_paths "/io/", %r{\\A/api/\\d+}i
       fiber_paths "/more/"
@@ -208,7 +209,7 @@ class ConfigTest < Minitest::Test
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
         max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
         readiness_check_path: "/ready", readiness_queue_threshold: 3, readiness_queue_wait: 0.5, readiness_hold: 2.0,
-        fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
+        handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
         trust_forwarded_proto: true

@@ -144,6 +144,11 @@ module Tsubame
               "Readiness stays busy this long after (default #{defaults[:readiness_hold]})") do |s|
         @options.set(:readiness_hold, s, layer: LAYER)
       end
+      opts.on("--handoff-spin SECONDS",
+              "A thread out of work stays awake this long for the next hand-off; 0 is off " \
+              "(default #{defaults[:handoff_spin]})") do |s|
+        @options.set(:handoff_spin, s, layer: LAYER)
+      end
       opts.on("--shutdown-delay SECONDS",
               "On TERM/INT, fail readiness and keep serving this long before draining " \
               "(default #{defaults[:shutdown_delay]})") do |s|

@@ -285,6 +285,12 @@ module Tsubame
       set(:readiness_hold, seconds)
     end
 
+    # Seconds a thread that ran out of work stays awake for the next
+    # hand-off (docs/ARCHITECTURE.md); 0 turns it off.
+    def handoff_spin(seconds)
+      set(:handoff_spin, seconds)
+    end
+
     # On TERM/INT: readiness answers 503 at once, serving goes on for this
     # long, then the drain (docs/OVERLOAD.md, "Stopping behind a balancer").
     def shutdown_delay(seconds)

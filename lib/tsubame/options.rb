@@ -51,6 +51,7 @@ module Tsubame
       readiness_queue_wait: 0.25,
       readiness_hold: 1.0,
       shutdown_delay: 0.0,
+      handoff_spin: 0.00005,
       fiber_scheduler: false,
       fiber_paths: [].freeze,
       fiber_threads: 1,
@@ -104,7 +105,7 @@ module Tsubame
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads retry_after
       health_check_path readiness_check_path readiness_queue_threshold
-      readiness_queue_wait readiness_hold fiber_scheduler fiber_paths fiber_threads max_fibers
+      readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
     ].freeze
@@ -141,6 +142,7 @@ module Tsubame
       readiness_queue_wait: :timeout,
       readiness_hold: :seconds,
       shutdown_delay: :seconds,
+      handoff_spin: :seconds,
       fiber_scheduler: :boolean,
       fiber_paths: :fiber_paths,
       fiber_threads: :positive_integer,

@@ -57,6 +57,11 @@ pub struct EngineOptions {
     pub readiness_queue_wait: Duration,
     /// How long readiness keeps answering busy after saturation was seen.
     pub readiness_hold: Duration,
+    /// How long a thread that ran out of work stays awake for the next
+    /// hand-off before it sleeps: an app thread waiting for a request, an
+    /// I/O thread waiting for the app's reply (when every connection waits
+    /// on the app). Zero turns it off.
+    pub handoff_spin: Duration,
     /// Fiber mode: requests `fiber_paths` selects (all of them when it is
     /// empty) go to the fiber queue, run by `fiber_threads` Ruby threads.
     pub fiber_scheduler: bool,
@@ -110,6 +115,7 @@ impl Default for EngineOptions {
             readiness_queue_threshold: None,
             readiness_queue_wait: Duration::from_millis(250),
             readiness_hold: Duration::from_secs(1),
+            handoff_spin: Duration::from_micros(50),
             fiber_scheduler: false,
             fiber_paths: Vec::new(),
             fiber_threads: 1,

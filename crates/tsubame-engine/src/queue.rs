@@ -17,7 +17,7 @@
 use crate::histogram::Histogram;
 use crate::job::Job;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// The jobs of one pool and its counts: what the thread pool's queue and
@@ -85,6 +85,9 @@ struct State {
     /// Waiters notified but not yet awake: they are spoken for, so a push
     /// must not count on them for another job.
     woken: usize,
+    /// A thread is spinning in `pop_wait` before it sleeps: it will see a
+    /// job pushed meanwhile, so the push need not wake anyone.
+    spinning: bool,
 }
 
 /// What `push` did about waking an application thread.
@@ -100,8 +103,16 @@ pub enum Pushed {
 #[derive(Default)]
 pub struct JobQueue {
     state: Mutex<State>,
+    /// Jobs queued or running, readable without the lock: the I/O thread
+    /// looks at it before it parks (see `server.rs` `spin_before_park`).
+    outstanding: AtomicUsize,
+    /// Jobs queued, likewise: what a spinning thread watches.
+    queued: AtomicUsize,
     ready: Condvar,
     max_len: Option<usize>,
+    /// How long an application thread with no job stays awake before it
+    /// sleeps on the condvar (`handoff_spin`, see `pop_wait`).
+    spin: std::time::Duration,
     wait_times: Histogram,
 }
 
@@ -136,19 +147,52 @@ impl JobQueue {
         }
     }
 
+    /// `max_len` as `with_limit`; `spin` is how long a thread that finds
+    /// the queue empty stays awake for the next job before it sleeps.
+    pub fn with_spin(max_len: Option<usize>, spin: std::time::Duration) -> Self {
+        JobQueue {
+            max_len,
+            spin,
+            ..Self::default()
+        }
+    }
+
     /// How long taken jobs waited in the queue.
     pub fn wait_times(&self) -> &Histogram {
         &self.wait_times
     }
 
     fn pop_live(&self, state: &mut State) -> Option<Job> {
-        state.backlog.take_live(&self.wait_times)
+        let job = state.backlog.take_live(&self.wait_times);
+        self.count_outstanding(state);
+        job
+    }
+
+    fn count_outstanding(&self, state: &State) {
+        let queued = state.backlog.jobs.len();
+        self.queued.store(queued, Ordering::Relaxed);
+        self.outstanding
+            .store(queued + state.backlog.running, Ordering::Relaxed);
+    }
+
+    /// Whether requests are queued for or running in the app: a reply may
+    /// be moments away.
+    pub fn app_busy(&self) -> bool {
+        self.outstanding() > 0
+    }
+
+    /// Jobs queued or running.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
     }
 
     /// Removes the jobs that have waited longer than `timeout`, so the
     /// engine can answer them 503.
     pub fn expire(&self, timeout: std::time::Duration) -> Vec<Job> {
-        self.lock().backlog.expire(timeout)
+        let mut state = self.lock();
+        let expired = state.backlog.expire(timeout);
+        self.count_outstanding(&state);
+        expired
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -168,6 +212,10 @@ impl JobQueue {
         }
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
+        self.count_outstanding(&state);
+        if state.spinning {
+            return Ok(Pushed::Done);
+        }
         if state.waiting <= state.woken || state.backlog.running > 0 {
             // Either nobody can take it yet, or a running thread probably
             // will: the watcher expires or nudges it if not.
@@ -207,6 +255,7 @@ impl JobQueue {
     pub fn finished(&self) {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
+        self.count_outstanding(&state);
     }
 
     /// Returns a job taken by a thread that could not run it, ahead of
@@ -215,6 +264,7 @@ impl JobQueue {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
         state.backlog.jobs.push_front(job);
+        self.count_outstanding(&state);
         let wake = state.waiting > state.woken;
         if wake {
             state.woken += 1;
@@ -238,6 +288,7 @@ impl JobQueue {
     /// and `wake_all` called.
     pub fn pop_wait(&self, interrupted: &AtomicBool) -> Pop {
         let mut state = self.lock();
+        let mut spun = false;
         loop {
             if let Some(job) = self.pop_live(&mut state) {
                 return Pop::Job(Box::new(job));
@@ -247,6 +298,27 @@ impl JobQueue {
             }
             if interrupted.load(Ordering::Acquire) {
                 return Pop::Interrupted;
+            }
+            if !spun && !state.spinning && !self.spin.is_zero() {
+                // One thread at a time stays awake a moment before it
+                // sleeps: the next request often arrives within it, and
+                // then costs no futex wake-up and no context switch.
+                spun = true;
+                state.spinning = true;
+                drop(state);
+                let limit = self.spin;
+                let started = std::time::Instant::now();
+                let mut n = 0u32;
+                while self.queued.load(Ordering::Relaxed) == 0 && !interrupted.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                    n += 1;
+                    if n % 32 == 0 && started.elapsed() >= limit {
+                        break;
+                    }
+                }
+                state = self.lock();
+                state.spinning = false;
+                continue;
             }
             state.waiting += 1;
             state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
@@ -272,7 +344,10 @@ impl JobQueue {
 
     /// Closes and takes every queued job, for a stop that ran out of time.
     pub fn close_and_take(&self) -> Vec<Job> {
-        let jobs = self.lock().backlog.close_and_drain();
+        let mut state = self.lock();
+        let jobs = state.backlog.close_and_drain();
+        self.count_outstanding(&state);
+        drop(state);
         self.ready.notify_all();
         jobs
     }

@@ -71,7 +71,7 @@ impl Shared {
             timed_out: TimedOut::default(),
             seq: AtomicU64::new(1),
             max_connections,
-            queue: Arc::new(JobQueue::with_limit(opts.max_queue)),
+            queue: Arc::new(JobQueue::with_spin(opts.max_queue, opts.handoff_spin)),
             fibers: Arc::new(FiberQueue::new(opts.max_fibers)),
             routes,
             opts,
@@ -268,6 +268,10 @@ impl Engine {
             .worker_threads(self.shared.opts.io_threads.max(1))
             .thread_name("tsubame-io")
             .on_thread_start(block_signals)
+            .on_thread_park({
+                let shared = self.shared.clone();
+                move || spin_before_park(&shared)
+            })
             .enable_all()
             .build()?;
         let listeners = std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
@@ -414,6 +418,37 @@ impl Engine {
 /// Ruby's signal handler on.
 fn block_signals() {
     crate::sys::block_all_signals();
+}
+
+/// Called by tokio when an I/O thread is about to sleep (for at most
+/// `handoff_spin`). While an app
+/// thread runs a request, its reply usually comes within microseconds; an
+/// I/O thread asleep in epoll would then be woken for it, a context switch
+/// that costs more than the whole request at low concurrency. Staying
+/// awake a moment lets the reply's wake-up find the thread still running:
+/// tokio then takes the task without sleeping at all.
+fn spin_before_park(shared: &Shared) {
+    let limit = shared.opts.handoff_spin;
+    if limit.is_zero() {
+        return;
+    }
+    // Only when every open connection waits for the app: then the reply is
+    // the one thing that can wake this thread. With connections waiting
+    // for their clients, the thread is woken for them soon anyway, and the
+    // spin would take a core from the app thread or the clients.
+    let connections = shared.stats.connections_active.load(Ordering::Relaxed);
+    if connections == 0 || (shared.queue.outstanding() as u64) < connections {
+        return;
+    }
+    let started = std::time::Instant::now();
+    let mut n = 0u32;
+    while shared.queue.app_busy() {
+        std::hint::spin_loop();
+        n += 1;
+        if n % 32 == 0 && started.elapsed() >= limit {
+            break;
+        }
+    }
 }
 
 /// How often the watcher looks at a queue that has jobs in it.

@@ -53,6 +53,7 @@ const OPTION_KEYS: &[&str] = &[
     "readiness_queue_threshold",
     "readiness_queue_wait",
     "readiness_hold",
+    "handoff_spin",
     "fiber_scheduler",
     "fiber_paths",
     "fiber_threads",
@@ -81,8 +82,17 @@ impl OptionReader<'_> {
         }
     }
 
+    /// A duration that may be zero (`drain_timeout 0`, `handoff_spin 0`);
+    /// the Ruby side has already refused negative ones.
     fn seconds(&self, key: &str, default: Duration) -> Result<Duration, Error> {
-        Ok(self.optional_seconds(key, Some(default))?.unwrap_or(default))
+        match self.get::<f64>(key)? {
+            None => Ok(default),
+            Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(Error::new(
+                self.ruby.exception_arg_error(),
+                format!("option {key}: must be a non-negative number of seconds, got {s}"),
+            )),
+        }
     }
 
     /// For settings that can be off: an absent key keeps `default`; nil or
@@ -157,6 +167,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         readiness_queue_threshold: r.optional("readiness_queue_threshold", d.readiness_queue_threshold)?,
         readiness_queue_wait: r.seconds("readiness_queue_wait", d.readiness_queue_wait)?,
         readiness_hold: r.seconds("readiness_hold", d.readiness_hold)?,
+        handoff_spin: r.seconds("handoff_spin", d.handoff_spin)?,
         fiber_scheduler: r.get("fiber_scheduler")?.unwrap_or(d.fiber_scheduler),
         fiber_paths: match r.get::<RArray>("fiber_paths")? {
             None => d.fiber_paths,
