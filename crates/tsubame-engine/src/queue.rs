@@ -312,7 +312,7 @@ impl JobQueue {
                 while self.queued.load(Ordering::Relaxed) == 0 && !interrupted.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                     n += 1;
-                    if n % 32 == 0 && started.elapsed() >= limit {
+                    if n.is_multiple_of(32) && started.elapsed() >= limit {
                         break;
                     }
                 }

@@ -445,7 +445,7 @@ fn spin_before_park(shared: &Shared) {
     while shared.queue.app_busy() {
         std::hint::spin_loop();
         n += 1;
-        if n % 32 == 0 && started.elapsed() >= limit {
+        if n.is_multiple_of(32) && started.elapsed() >= limit {
             break;
         }
     }
