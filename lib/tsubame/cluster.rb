@@ -485,7 +485,9 @@ module Tsubame
     end
 
     def hot_restart
-      return if @stopping
+      # A stop under way, or its shutdown delay, wins: re-executing would
+      # forget it.
+      return @log.info("* Hot restart not done: the server is stopping") if @stopping || @leave_at
 
       @log.info("* Hot restart: re-executing #{HotRestart.command&.join(" ")}; the listeners stay open " \
                 "and the workers serve until the new master's workers boot")

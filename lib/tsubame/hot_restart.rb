@@ -6,8 +6,8 @@ require "rbconfig"
 module Tsubame
   # Re-executing the server in place (USR2, `tsubame ctl restart`,
   # `plugin :tmp_restart`) while its listening sockets stay open, so no
-  # client is refused: connections that arrive meanwhile wait in the
-  # kernel's backlog until the new process accepts them.
+  # client is refused; and some process accepts on them throughout, so no
+  # client waits in the kernel's backlog for the new code to boot.
   #
   # The old process clears close-on-exec on the sockets and names them in
   # one environment variable, as { configured bind URI => [fd, ...] }; the
@@ -15,6 +15,12 @@ module Tsubame
   # sockets whose URI it still binds (Listeners.bind). In cluster mode the
   # variable also lists the old workers: exec keeps the master's pid, so
   # they are still its children, and they serve until the new workers boot.
+  #
+  # In single mode there are no workers to serve meanwhile, so the same
+  # command is first started as a child, a stand-in (see StandIn), with the
+  # same variable plus "stand_in": { "ready_fd" => N }, the pipe it writes
+  # "ready" to once it serves. The single-mode process execs only then,
+  # naming the stand-in among the "workers" for the new process to stop.
   module HotRestart
     ENV_KEY = "TSUBAME_HOT_RESTART"
 
@@ -45,6 +51,38 @@ module Tsubame
         !handover[:fds].empty? || !handover[:workers].empty?
       end
 
+      # Whether this process is a hot restart's stand-in.
+      def stand_in?
+        !handover[:stand_in].nil?
+      end
+
+      # In a stand-in: the pipe to write "ready" to, kept from any program
+      # the app execs. Nil in any other process.
+      def stand_in_ready_io
+        return unless stand_in?
+
+        io = IO.for_fd(handover[:stand_in].fetch(:ready_fd), "w")
+        io.close_on_exec = true
+        # Unbuffered: a parent that stopped listening shows as EPIPE on
+        # the write itself.
+        io.sync = true
+        io
+      end
+
+      # Starts the command as a stand-in child serving the listeners; ready
+      # is the write end of its ready pipe. Returns the pid; raises
+      # SystemCallError if it cannot start.
+      def spawn_stand_in(listeners, ready)
+        record(ARGV) unless @command
+        fds = listeners.descriptors
+        handover = JSON.generate("fds" => fds, "workers" => [], "stand_in" => { "ready_fd" => ready.fileno })
+        # fd => fd hands the child exactly these descriptors (Ruby clears
+        # close-on-exec in the child only): nothing else this process holds
+        # leaks into it, and the sockets here stay closed on any other exec.
+        keep = (fds.values.flatten + [ready.fileno]).to_h { |fd| [fd, fd] }
+        Process.spawn({ ENV_KEY => handover }, *@command, keep.merge(chdir: @directory))
+      end
+
       # Replaces this process. Returns only if exec failed, with the error.
       def exec(listeners, workers: [])
         record(ARGV) unless @command
@@ -72,9 +110,10 @@ module Tsubame
       def parse(text)
         data = text ? JSON.parse(text) : {}
         fds = data.fetch("fds", {}).transform_values { |list| list.map { |fd| Integer(fd) } }
-        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) } }
-      rescue JSON::ParserError, TypeError, ArgumentError
-        { fds: {}, workers: [] }
+        stand_in = data["stand_in"] && { ready_fd: Integer(data["stand_in"].fetch("ready_fd")) }
+        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) }, stand_in: stand_in }
+      rescue JSON::ParserError, TypeError, ArgumentError, KeyError
+        { fds: {}, workers: [], stand_in: nil }
       end
     end
   end

@@ -7,6 +7,10 @@ require "tsubame/bind_uri"
 require "tsubame/app_loader"
 require "tsubame/hooks"
 require "tsubame/hot_restart"
+require "tsubame/stand_in"
+require "tsubame/listeners"
+require "tsubame/self_signed"
+require "tsubame/named_thread"
 require "tsubame/log"
 require "tsubame/log_redirect"
 require "tsubame/run_files"
@@ -34,6 +38,9 @@ module Tsubame
       @stderr = stderr
       @server_class = server_class
       @restart = false
+      # Restart requests, for the restarter thread (see #request_restart).
+      @restart_requests = Thread::Queue.new
+      @stand_in = nil
       @started_at = Time.now
     end
 
@@ -44,8 +51,13 @@ module Tsubame
       # The banner is how scripts and tests learn the real addresses, so it
       # must not sit in a buffer when stdout is a pipe.
       @stdout.sync = true
-      warn_ignored
       ENV["RACK_ENV"] = @options[:environment]
+      # Asked first, which also takes the hot restart's variable out of ENV
+      # before the app loads. A stand-in serves alone whatever the config's
+      # worker count: the re-executed process applies that.
+      return run_stand_in if HotRestart.stand_in?
+
+      warn_ignored
       return run_cluster if @options[:workers].positive?
 
       print_header
@@ -99,8 +111,10 @@ module Tsubame
       previous = trap_signals(server)
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
+      restarter = nil
       begin
         server.start
+        restarter = start_restarter(server)
         retire_old_workers
         Hooks.run_logged(@options[:on_booted], "on_booted", Log.new(@stdout, @stderr))
         # Server#wait keeps the main thread interruptible, so the trap
@@ -108,6 +122,7 @@ module Tsubame
         server.wait
       ensure
         watcher&.kill
+        stop_restarter(restarter)
         previous.each { |signal, handler| trap(signal, handler) }
         control&.stop
         clean_up unless @restart
@@ -208,32 +223,166 @@ module Tsubame
       end
     end
 
-    # USR2, `ctl restart`, tmp/restart.txt: drain, keeping the sockets
-    # open, then exec (see #hot_restart). Clients arriving meanwhile wait
-    # in the listen backlog.
+    # USR2, `ctl restart`, tmp/restart.txt. Only queues the request, so it
+    # is safe in a trap handler; the restarter thread does the work.
     def request_restart
+      @restart_requests << :restart
+    end
+
+    # The restarter: for each request, boots the new code in a stand-in
+    # (see StandIn) while this server serves on; once the stand-in serves,
+    # stops this server, keeping the sockets open, so #serve re-executes.
+    # Requests made while one is under way are the same restart.
+    def start_restarter(server)
+      NamedThread.start("tsubame-restart") do
+        loop do
+          @restart_requests.pop
+          break if hand_over(server)
+
+          @restart_requests.clear
+        end
+      end
+    end
+
+    # Returns whether the stand-in serves (and this server is stopping), or
+    # the server is stopping anyway.
+    def hand_over(server)
+      return stopping_anyway if server.stopping?
+
+      @stdout.puts "* Hot restart: booting the new code in a stand-in process; this one serves until it is ready"
+      # Not killed by #stop_restarter between starting the child and
+      # recording it: nothing would stop it then.
+      Thread.handle_interrupt(Object => :never) { @stand_in = StandIn.start(server.listeners) }
+      if (failure = @stand_in.wait_ready(boot_timeout))
+        @stand_in = nil
+        @stderr.puts "tsubame: hot restart failed: #{failure}; the old code keeps serving"
+        return false
+      end
+      # TERM/INT came while the stand-in booted: the stop wins.
+      if server.stopping?
+        @stand_in.stop
+        @stand_in = nil
+        return stopping_anyway
+      end
+      @stdout.puts "* Hot restart: stand-in (PID #{@stand_in.pid}) serves the new code; " \
+                   "this process drains, then re-executes"
       @restart = true
-      @server.stop(close_listeners: false)
+      server.stop(close_listeners: false)
+      true
+    rescue StandardError => e
+      unless @restart
+        @stand_in&.stop
+        @stand_in = nil
+      end
+      # The restarter must outlive a failed restart to try the next one.
+      @stderr.puts "tsubame: hot restart failed: #{e.class}: #{e.message}; the old code keeps serving"
+      false
+    end
+
+    def stopping_anyway
+      @stdout.puts "* Hot restart not done: the server is stopping"
+      true
+    end
+
+    # The server stopped: a stand-in still booting is not wanted any more
+    # (one that serves is handed to the re-executed process instead).
+    def stop_restarter(restarter)
+      restarter&.kill&.join
+      @stand_in&.stop unless @restart
+    end
+
+    # As long as a cluster worker gets to boot.
+    def boot_timeout
+      @options[:worker_boot_timeout] || @options[:worker_timeout]
     end
 
     def hot_restart(server)
       @stdout.puts "* Restarting: re-executing #{HotRestart.command&.join(" ")}"
       Hooks.run_logged(@options[:on_restart], "on_restart", Log.new(@stdout, @stderr))
-      error = HotRestart.exec(server.listeners)
+      error = HotRestart.exec(server.listeners, workers: [@stand_in&.pid].compact)
       @stderr.puts "tsubame: hot restart failed: #{error.message}"
+      # Nothing would ever stop it once this process is gone.
+      @stand_in&.stop
       server.listeners.close
       clean_up
       1
     end
 
-    # A hot restart from cluster mode into a config with no workers: the
-    # old workers are still this process's children and would serve on.
+    # After a hot restart, once this process serves: the stand-in (from
+    # single mode) or the old workers (from cluster mode) are still this
+    # process's children, and would serve on.
     def retire_old_workers
-      HotRestart.inherited_workers.each do |pid|
+      pids = HotRestart.inherited_workers
+      return if pids.empty?
+
+      @stdout.puts "* Hot restart: serving; stopping PID #{pids.join(", ")}, which served meanwhile"
+      pids.each do |pid|
         Process.kill("TERM", pid)
         Process.detach(pid)
       rescue SystemCallError
         nil
+      end
+    end
+
+    # A hot restart's stand-in (see StandIn): the new code serving the
+    # inherited sockets while its parent drains and re-executes. The
+    # pidfile, state file, control app, restart-file watcher and log
+    # redirection stay its parent's, and so do the signals but TERM/INT.
+    def run_stand_in
+      parent = Process.ppid
+      ready = HotRestart.stand_in_ready_io
+      @stdout.puts "* Hot restart stand-in (PID #{Process.pid}) booting the new code for PID #{parent}"
+      Process.setproctitle("tsubame: hot restart stand-in for #{parent}#{" [#{@options[:tag]}]" if @options[:tag]}")
+      app = @app || load_app
+      klass = server_class
+      listeners = Listeners.bind(SelfSigned.binds(@options, owner: parent), @options[:backlog], adopt_only: true)
+      # Every bind is new: nothing to serve until the re-executed process
+      # binds them, so it need not wait for anything.
+      if listeners.empty?
+        stand_in_ready(ready, "none of its binds was inherited; nothing to serve")
+        return 0
+      end
+
+      serve_stand_in(klass.new(app, @options, listeners: listeners), ready, parent)
+    end
+
+    def serve_stand_in(server, ready, parent)
+      previous = SIGNALS.to_h do |signal|
+        # Ignored with a handler, not "IGNORE": ignored signals stay
+        # ignored in programs the app execs.
+        [signal, trap(signal) { server.stop if %w[TERM INT].include?(signal) }]
+      end
+      begin
+        server.start
+        server.stop unless stand_in_ready(ready, "serving until PID #{parent} has re-executed")
+        orphaned = watch_parent(parent, server)
+        server.wait
+      ensure
+        orphaned&.kill
+        previous.each { |signal, handler| trap(signal, handler) }
+      end
+      @stdout.puts "* Hot restart stand-in (PID #{Process.pid}) stopped"
+      0
+    end
+
+    # Returns false if the parent no longer listens: it gave up on this
+    # stand-in, or is gone.
+    def stand_in_ready(ready, what)
+      @stdout.puts "* Hot restart stand-in (PID #{Process.pid}) #{what}"
+      ready.write("ready\n")
+      true
+    rescue SystemCallError
+      false
+    ensure
+      ready.close
+    end
+
+    # A stand-in whose parent died (or exited after a failed exec) has
+    # nobody left to stop it.
+    def watch_parent(parent, server)
+      Thread.new do
+        sleep 0.5 while Process.ppid == parent
+        server.stop
       end
     end
 
@@ -245,9 +394,13 @@ module Tsubame
 
     def watch_restart_file
       file = RestartFile.new
+      # On after a request: a restart whose new code fails to boot leaves
+      # this process serving, and the next touch must restart it again.
       Thread.new do
-        sleep RestartFile::INTERVAL until file.touched?
-        request_restart
+        loop do
+          sleep RestartFile::INTERVAL until file.touched?
+          request_restart
+        end
       end
     end
 

@@ -19,12 +19,17 @@ module Tsubame
     # Binds each URI, adopting the sockets a hot restart handed over for
     # the same URI instead of binding again (which would fail, or pick a
     # new port for port 0). On failure nothing stays open.
-    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds)
+    #
+    # adopt_only: for a hot restart's stand-in, which serves only the
+    # sockets handed over and owns none (closing them must not remove a
+    # unix socket's file): a bind new in the config is left to the
+    # re-executed process, which would fail to bind it again.
+    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds, adopt_only: false)
       entries = []
       binds.each do |uri|
         if (fds = inherited.delete(uri))
           fds.each { |fd| entries << adopt(uri, fd) }
-        else
+        elsif !adopt_only
           Native.bind_listeners(uri, backlog).each do |address, fd|
             entries << Entry.new(uri, address, socket_for(fd))
           end
@@ -33,7 +38,7 @@ module Tsubame
       # A bind removed from the config since the restart: let it go.
       inherited.each_value { |fds| fds.each { |fd| close_fd(fd) } }
       inherited.clear
-      new(entries, owner: true)
+      new(entries, owner: !adopt_only)
     rescue StandardError
       entries&.each { |entry| entry.io.close unless entry.io.closed? }
       raise
@@ -121,10 +126,17 @@ module Tsubame
     # { configured URI => [fd, ...] } with close-on-exec cleared, for a hot
     # restart: the sockets survive exec under the same numbers.
     def inheritable
-      @entries.each_with_object({}) do |entry, map|
-        entry.io.close_on_exec = false
-        (map[entry.uri] ||= []) << entry.io.fileno
-      end
+      @entries.each { |entry| entry.io.close_on_exec = false }
+      descriptors
+    end
+
+    # { configured URI => [fd, ...] }, as they are.
+    def descriptors
+      @entries.each_with_object({}) { |entry, map| (map[entry.uri] ||= []) << entry.io.fileno }
+    end
+
+    def empty?
+      @entries.empty?
     end
 
     # After a failed exec: back to closing on exec.

@@ -53,6 +53,7 @@ module Tsubame
       @threads = []
       @fiber_loops = []
       @idle_memory = nil
+      @stopping = false
       @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
@@ -102,7 +103,14 @@ module Tsubame
     # responses close their connections, while everything is still served.
     # Safe to call from a trap handler.
     def enter_lame_duck
+      @stopping = true
       @native&.enter_lame_duck
+    end
+
+    # Whether a stop (or the lame duck before one) has begun; a hot restart
+    # asked for then must not turn the stop into a restart.
+    def stopping?
+      @stopping
     end
 
     # Begins a graceful stop. Safe to call from a trap handler.
@@ -110,6 +118,7 @@ module Tsubame
     # for a cluster master that still holds them); #wait then leaves them
     # to the caller.
     def stop(close_listeners: true)
+      @stopping = true
       @native&.stop
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
