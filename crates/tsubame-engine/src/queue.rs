@@ -360,8 +360,11 @@ impl JobQueue {
         self.len() == 0
     }
 
+    /// Idle application threads: asleep on the condvar, or the one
+    /// spinning before it sleeps.
     pub fn waiting(&self) -> usize {
-        self.lock().waiting
+        let state = self.lock();
+        state.waiting + usize::from(state.spinning)
     }
 
     /// See `Backlog::waited`.
