@@ -360,11 +360,15 @@ impl JobQueue {
         self.len() == 0
     }
 
-    /// Idle application threads: asleep on the condvar, or the one
-    /// spinning before it sleeps.
+    /// Idle application threads free for a new job: asleep on the condvar
+    /// and not already woken for a job pushed before, or the one spinning
+    /// before it sleeps. A woken thread counts as busy even before it runs:
+    /// on a loaded machine it may take a while to get a core, and a busy
+    /// worker that counted it idle would take connections an idle worker
+    /// should have (see `accept.rs`).
     pub fn waiting(&self) -> usize {
         let state = self.lock();
-        state.waiting + usize::from(state.spinning)
+        state.waiting.saturating_sub(state.woken) + usize::from(state.spinning)
     }
 
     /// See `Backlog::waited`.
