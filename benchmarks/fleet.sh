@@ -12,10 +12,15 @@
 #            restart), the next only once HAProxy has it UP again (+SETTLE s)
 #   term     the same load while each instance gets TERM (drain), is started
 #            again once it has exited, and is UP in HAProxy again
-#   overload 150% of ONE instance's capacity (375 req/s) for OVERLOAD_S (5) s,
-#            sent straight to instance 1, whose readiness is polled every
-#            50 ms (0.5 s timeout): when it first fails, and how long after
-#            the load stops it answers 2xx again
+#   overload OVERLOAD_PCT (150) % of capacity for OVERLOAD_S (5) s while
+#            instance 1's readiness is polled every 50 ms (0.5 s timeout):
+#            when it first fails, and how long after the load stops it
+#            answers 2xx again. Twice: "direct", 150% of one instance's
+#            capacity (375 req/s) sent straight to instance 1, so its queue
+#            grows for the whole phase whatever readiness says; and
+#            "haproxy", 150% of the fleet's (1125 req/s) through HAProxy,
+#            which stops sending to an instance once its checks fail (and
+#            answers 503 itself when none is left)
 # The load runs without a break across steady, usr2 and term (one client
 # process per phase, the next started as the last one stops).
 # Prints a table: requests; failures split into non-2xx (and how many of
@@ -66,6 +71,7 @@ LOAD_PATH="/io?ms=$DELAY_MS"
 CAPACITY=$((INSTANCES * THREADS * 1000 / DELAY_MS))
 RATE=$((CAPACITY * LOAD_PCT / 100))
 OVERLOAD_RATE=$((THREADS * 1000 / DELAY_MS * OVERLOAD_PCT / 100))
+FLEET_OVERLOAD_RATE=$((CAPACITY * OVERLOAD_PCT / 100))
 HAPROXY_PORT=$BASE_PORT
 case "$PEER" in
   "") SERVERS="tsubame puma" ;;
@@ -237,16 +243,23 @@ run_server() { # ROUND SERVER
   for n in $(seq 1 "$INSTANCES"); do term_instance "$n"; done
   phase_end term interrupt
 
-  echo "round $1 $SERVER: ${OVERLOAD_PCT}% of one instance for ${OVERLOAD_S}s" >&2
   local p1; p1=$(port_of 1)
+  echo "round $1 $SERVER: ${OVERLOAD_PCT}% of one instance for ${OVERLOAD_S}s, straight to it" >&2
   ruby "$HELPER" overload "http://127.0.0.1:$p1$LOAD_PATH" "$OVERLOAD_RATE" "$OVERLOAD_S" \
-    "http://127.0.0.1:$p1$(check_path)" 1000 "$RUN/overload.json"
+    "http://127.0.0.1:$p1$(check_path)" 1000 "$RUN/overload-direct.json"
+  for n in $(seq 1 "$INSTANCES"); do ruby "$HELPER" wait-up "$RUN/haproxy.sock" "s$n" 60; done
+  sleep "$SETTLE"
+  echo "round $1 $SERVER: ${OVERLOAD_PCT}% of the fleet for ${OVERLOAD_S}s, through HAProxy" >&2
+  stat_to "$RUN/overload-haproxy.stat0.json"
+  ruby "$HELPER" overload "http://127.0.0.1:$HAPROXY_PORT$LOAD_PATH" "$FLEET_OVERLOAD_RATE" "$OVERLOAD_S" \
+    "http://127.0.0.1:$p1$(check_path)" 2000 "$RUN/overload-haproxy.json"
+  stat_to "$RUN/overload-haproxy.stat1.json"
   stop_all
 }
 
 echo "fleet: $INSTANCES instances x -t $THREADS:$THREADS behind $(haproxy -v | head -1 | cut -d' ' -f1-3)," \
      "load ${LOAD_PCT}% = $RATE req/s of $CAPACITY on $LOAD_PATH ($CONNECTIONS client connections)," \
-     "overload $OVERLOAD_RATE req/s on one instance"
+     "overload $OVERLOAD_RATE req/s on one instance, $FLEET_OVERLOAD_RATE req/s on the fleet"
 echo "tsubame: $(ruby -Ilib -rtsubame/version -e 'print Tsubame::VERSION') ${SHUTDOWN_ARGS[*]:-(no --shutdown-delay in this build)} $TSUBAME_ARGS;" \
      "puma: $(puma --version 2>/dev/null | head -1 | cut -d' ' -f3)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   cores: $(nproc)   rounds: $ROUNDS   files: $OUT"

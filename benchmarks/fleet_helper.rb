@@ -201,7 +201,8 @@ module Fleet
   # The table fleet.sh prints, from DIR/roundN/SERVER/: for each phase
   # PHASE.bench.json (tsubame-bench's report), PHASE.stat0.json and
   # PHASE.stat1.json (HAProxy's counters before and after) and
-  # PHASE.haproxy.log (its log over the phase); and overload.json.
+  # PHASE.haproxy.log (its log over the phase); overload-direct.json,
+  # overload-haproxy.json and overload-haproxy.stat{0,1}.json.
   module Report
     PHASES = %w[steady usr2 term].freeze
     COLUMNS = "%-8s %-6s %-7s %6s %8s %7s %8s %8s %7s %8s %11s %7s %5s %7s"
@@ -223,17 +224,31 @@ module Fleet
       }.merge(after.to_h { |k, v| [k, v - before.fetch(k, 0)] })
     end
 
+    OVERLOADS = %w[direct haproxy].freeze
+
+    # overload-VIA.json, with HAProxy's DOWN transitions over it when the
+    # load went through HAProxy.
+    def overload(dir, via)
+      result = JSON.parse(File.read(File.join(dir, "overload-#{via}.json")))
+      stat0 = File.join(dir, "overload-#{via}.stat0.json")
+      return result unless File.exist?(stat0)
+
+      before = JSON.parse(File.read(stat0))
+      after = JSON.parse(File.read(File.join(dir, "overload-#{via}.stat1.json")))
+      result.merge("down" => after["chkdown"] - before["chkdown"])
+    end
+
     def load(root)
       results = Hash.new { |h, k| h[k] = [] }
       rounds = Dir.children(root).grep(/\Around\d+\z/).sort_by { |r| r[/\d+/].to_i }
       rounds.each do |round|
         Dir.children(File.join(root, round)).sort_by { |s| s == "tsubame" ? "" : s }.each do |server|
           dir = File.join(root, round, server)
-          next unless File.exist?(File.join(dir, "overload.json"))
+          next unless File.exist?(File.join(dir, "overload-haproxy.stat1.json"))
 
           results[server] << { "round" => round.delete_prefix("round"),
                                "phases" => PHASES.to_h { |p| [p, phase(dir, p)] },
-                               "overload" => JSON.parse(File.read(File.join(dir, "overload.json"))) }
+                               "overload" => OVERLOADS.to_h { |via| [via, overload(dir, via)] } }
         end
       end
       results
@@ -280,26 +295,34 @@ module Fleet
         end
       end
       out.puts
-      sample = results.values.flatten.first&.dig("overload") || {}
-      out.puts "readiness under #{sample["rate"]&.round} req/s for #{sample["seconds"]} s sent straight to one instance " \
+      out.puts "readiness of instance 1 under #{OVERLOADS.map { |via| overload_label(results, via) }.join(" and ")} " \
                "(polled every 50 ms, 0.5 s timeout):"
-      columns = "%-8s %-6s %12s %15s %13s %6s %9s %s"
-      out.puts format(columns, "server", "round", "fails after", "recovers after", "failed polls", "flaps",
-                      "answered", "load results")
+      columns = "%-8s %-6s %-8s %12s %15s %13s %6s %5s %11s %s"
+      out.puts format(columns, "server", "round", "load", "fails after", "recovers after", "failed polls", "flaps",
+                      "DOWN", "answered", "load results")
       results.each do |server, runs|
-        runs.each do |run|
-          o = run["overload"]
-          b = o["bench"]
-          out.puts format(columns, server, run["round"], seconds(o["fail_after_s"] || "never"),
-                          seconds(o["recover_after_s"] || "-"),
-                          "#{o["failed_polls_during_load"]}/#{o["polls_during_load"]}", o["flaps"],
-                          "#{b["success"]}/#{b["requests"]}", b["status_codes"].merge(b["errors"]).inspect)
-        end
-        next if runs.size < 2
+        OVERLOADS.each do |via|
+          runs.each do |run|
+            o = run["overload"][via]
+            b = o["bench"]
+            out.puts format(columns, server, run["round"], via, seconds(o["fail_after_s"] || "never"),
+                            seconds(o["recover_after_s"] || "-"),
+                            "#{o["failed_polls_during_load"]}/#{o["polls_during_load"]}", o["flaps"], o["down"] || "-",
+                            "#{b["success"]}/#{b["requests"]}", b["status_codes"].merge(b["errors"]).inspect)
+          end
+          next if runs.size < 2
 
-        out.puts format(columns, server, "median", seconds(median(runs.map { |r| r["overload"]["fail_after_s"] }) || "never"),
-                        seconds(median(runs.map { |r| r["overload"]["recover_after_s"] }) || "-"), "", "", "", "")
+          med = ->(key) { median(runs.map { |r| r["overload"][via][key] }) }
+          out.puts format(columns, server, "median", via, seconds(med.("fail_after_s") || "never"),
+                          seconds(med.("recover_after_s") || "-"), "", "", "", "", "")
+        end
       end
+    end
+
+    def overload_label(results, via)
+      sample = results.values.flatten.first&.dig("overload", via) || {}
+      where = via == "direct" ? "sent straight to it" : "through HAProxy to the fleet"
+      "#{sample["rate"]&.round} req/s for #{sample["seconds"]} s #{where} (#{via})"
     end
   end
 end
