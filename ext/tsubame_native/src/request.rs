@@ -150,7 +150,7 @@ impl Request {
             )?;
             return Ok(ruby.qtrue().as_value());
         }
-        if let Some(parts) = RArray::from_value(body) {
+        if let Some(parts) = whole_parts(body)? {
             let mut total = 0usize;
             with_elements(parts, |items| {
                 items.iter().try_for_each(|item| {
@@ -289,6 +289,22 @@ impl Request {
 }
 
 /// Rack 3 requires an Integer status; Rack 2's SPEC only asks that its
+/// The body's parts when they are all known now: an Array, or a body that
+/// gives one from `to_ary` (Rack's SPEC: its contents are what `each` would
+/// yield). Middleware that buffers, such as `Rack::ETag` wrapping the parts
+/// in a `Rack::BodyProxy`, answers `to_ary`, and then the response goes out
+/// whole with a content-length instead of chunk by chunk.
+fn whole_parts(body: Value) -> Result<Option<RArray>, Error> {
+    if let Some(parts) = RArray::from_value(body) {
+        return Ok(Some(parts));
+    }
+    if !body.respond_to("to_ary", false)? {
+        return Ok(None);
+    }
+    let parts: Value = body.funcall("to_ary", ())?;
+    Ok(RArray::from_value(parts))
+}
+
 /// `to_i` be at least 100, so a String such as "200" is taken as well.
 fn status_code(ruby: &Ruby, status: Value) -> Result<i64, Error> {
     let not_integer = || {
