@@ -35,7 +35,7 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 1.0, handoff_spin: 0.00005,
+    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 0.5, handoff_spin: 0.00005,
     fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
     http2: true,
     h2c: false,

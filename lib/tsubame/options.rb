@@ -49,7 +49,7 @@ module Tsubame
       readiness_check_path: nil,
       readiness_queue_threshold: nil,
       readiness_queue_wait: 0.25,
-      readiness_hold: 1.0,
+      readiness_hold: 0.5,
       shutdown_delay: 0.0,
       handoff_spin: 0.00005,
       fiber_scheduler: false,

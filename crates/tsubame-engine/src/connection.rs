@@ -29,6 +29,10 @@ pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// How long a stopping server waits for the first request of a connection
 /// it accepted just before the stop (see `read_head`).
 const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+/// How long a stopping server keeps a kept-alive connection that sits
+/// between requests, for a request its client may already have sent (see
+/// `read_head`).
+const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 const FILE_CHUNK: usize = 64 * 1024;
 /// At most this many messages of a streamed body per write: two iovecs
 /// each stay well under IOV_MAX (1024), and the channel's byte limit
@@ -491,15 +495,17 @@ async fn read_head<T: ClientIo>(
             // accepted just before the stop has not been read from yet, but
             // its client connected to send a request (often already in the
             // socket buffer): it gets FIRST_REQUEST_GRACE to arrive, or a
-            // restart would fail that request.
+            // restart would fail that request. A kept-alive connection gets
+            // IDLE_GRACE: a proxy that pools connections may be sending on
+            // it at the very moment of a close, and would lose that request
+            // (seen behind HAProxy with `http-reuse always` during rolling
+            // restarts); one that arrives is served with `connection: close`.
+            let grace = if served == 0 { FIRST_REQUEST_GRACE } else { IDLE_GRACE };
             let stop = shared.stop_notify.notified();
             tokio::pin!(stop);
             stop.as_mut().enable();
-            let stopping = shared.is_stopping();
-            let read = if stopping && served > 0 {
-                return Ok(None);
-            } else if stopping {
-                timeout(idle_timeout.min(FIRST_REQUEST_GRACE), io.read_buf(buf)).await
+            let read = if shared.is_stopping() {
+                timeout(idle_timeout.min(grace), io.read_buf(buf)).await
             } else {
                 let read = tokio::select! {
                     biased;
@@ -508,8 +514,7 @@ async fn read_head<T: ClientIo>(
                 };
                 match read {
                     Some(read) => read,
-                    None if served > 0 => return Ok(None),
-                    None => timeout(idle_timeout.min(FIRST_REQUEST_GRACE), io.read_buf(buf)).await,
+                    None => timeout(idle_timeout.min(grace), io.read_buf(buf)).await,
                 }
             };
             match read {

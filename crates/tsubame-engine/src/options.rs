@@ -114,7 +114,7 @@ impl Default for EngineOptions {
             readiness_check_path: None,
             readiness_queue_threshold: None,
             readiness_queue_wait: Duration::from_millis(250),
-            readiness_hold: Duration::from_secs(1),
+            readiness_hold: Duration::from_millis(500),
             handoff_spin: Duration::from_micros(50),
             fiber_scheduler: false,
             fiber_paths: Vec::new(),
