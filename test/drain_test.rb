@@ -97,39 +97,55 @@ class DrainTest < Minitest::Test
   # HTTP/2 frames over h2c with prior knowledge, by hand: the client must
   # see GOAWAY (with the real last stream id, after the PING the server
   # uses to settle it) before the response of its open stream.
-  def test_http2_gets_goaway_with_the_last_stream_id_before_its_stream_finishes
-    with_server(APP, args: %w[--h2c], env: { "MARK" => @mark }) do |s|
-      sock = s.socket
-      sock.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-      sock.write(frame(4, 0, 0, ""))
-      # :method GET, :scheme http, :path from the static table; :path
-      # literal with an indexed name; END_STREAM | END_HEADERS.
-      path = "/slow?1.5"
-      block = [0x82, 0x86, 0x44, path.bytesize].pack("C*") + path + [0x41, 1].pack("C*") + "x"
-      sock.write(frame(1, 0x5, 1, block))
-      Timeout.timeout(10) { sleep 0.01 until File.exist?(@mark) }
-      s.signal("TERM")
-      seen = []
-      Timeout.timeout(10) do
-        loop do
-          type, flags, stream, payload = read_frame(sock)
-          break unless type
+  def assert_goaway_before_the_response(server, what)
+    sock = server.socket
+    sock.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    sock.write(frame(4, 0, 0, ""))
+    # :method GET, :scheme http from the static table; :path and
+    # :authority literal with indexed names; END_STREAM | END_HEADERS.
+    path = "/slow?1.5"
+    block = [0x82, 0x86, 0x44, path.bytesize].pack("C*") + path + [0x41, 1].pack("C*") + "x"
+    File.delete(@mark) if File.exist?(@mark)
+    sock.write(frame(1, 0x5, 1, block))
+    Timeout.timeout(10) { sleep 0.01 until File.exist?(@mark) && !File.read(@mark).empty? }
+    yield File.read(@mark).to_i
+    seen = []
+    Timeout.timeout(10) do
+      loop do
+        type, flags, stream, payload = read_frame(sock)
+        break unless type
 
-          case type
-          when 6 then sock.write(frame(6, 0x1, 0, payload)) if flags.nobits?(0x1) # PING: ack
-          when 4 then sock.write(frame(4, 0x1, 0, "")) if flags.nobits?(0x1) # SETTINGS: ack
-          when 7 then seen << [:goaway, payload.unpack1("N") & 0x7fff_ffff]
-          when 1 then seen << [:headers, stream]
-          when 0 then seen << [:data, stream, flags.anybits?(0x1)]
-          end
+        case type
+        when 6 then sock.write(frame(6, 0x1, 0, payload)) if flags.nobits?(0x1) # PING: ack
+        when 4 then sock.write(frame(4, 0x1, 0, "")) if flags.nobits?(0x1) # SETTINGS: ack
+        when 7 then seen << [:goaway, payload.unpack1("N") & 0x7fff_ffff]
+        when 1 then seen << [:headers, stream]
+        when 0 then seen << [:data, stream, flags.anybits?(0x1)]
         end
       end
-      final_goaway = seen.index([:goaway, 1])
-      refute_nil final_goaway, "a GOAWAY naming stream 1 as the last: #{seen}"
-      assert_operator final_goaway, :<, seen.index([:headers, 1]), "GOAWAY came before the stream's response: #{seen}"
-      assert_includes seen, [:data, 1, true], "and the stream finished: #{seen}"
-    ensure
-      sock&.close
+    end
+    final_goaway = seen.index([:goaway, 1])
+    refute_nil final_goaway, "#{what}: a GOAWAY naming stream 1 as the last: #{seen}"
+    assert_operator final_goaway, :<, seen.index([:headers, 1]), "#{what}: GOAWAY before the response: #{seen}"
+    assert_includes seen, [:data, 1, true], "#{what}: and the stream finished: #{seen}"
+  ensure
+    sock&.close
+  end
+
+  def test_http2_gets_goaway_with_the_last_stream_id_before_its_stream_finishes
+    with_server(APP, args: %w[--h2c], env: { "MARK" => @mark }) do |s|
+      assert_goaway_before_the_response(s, "TERM") { s.signal("TERM") }
+    end
+    with_server(APP, args: %w[--h2c], env: { "MARK" => @mark }) do |s|
+      assert_goaway_before_the_response(s, "USR2") { s.signal("USR2") }
+    end
+  end
+
+  def test_http2_goaway_in_a_phased_restart_and_a_single_worker_stop
+    with_cluster(APP, workers: 2, args: %w[--h2c], env: { "MARK" => @mark }) do |s|
+      assert_goaway_before_the_response(s, "USR1") { s.signal("USR1") }
+      s.wait_for_workers(2, phase: 1)
+      assert_goaway_before_the_response(s, "one worker's TERM") { |pid| Process.kill("TERM", pid) }
     end
   end
 
