@@ -1,24 +1,39 @@
 #!/usr/bin/env bash
-# Hello world side by side: Tsubame, Debian's Puma and the ceiling server
-# (../shared/bench/limit: bare hyper, no Ruby), plus Iodine and Itsi when
-# PEERS_DIR holds locally built launchers for them. One process, one Ruby
-# thread each, wrk -t1 at -c1 and -c50. All servers run for the whole
-# script; each round measures every server once, in turn (interleaved), so
-# a drift of the machine touches all of them alike. Prints medians, ratios
-# to the ceiling and to the best peer, and each server's RSS after the run.
+# Tsubame side by side with Debian's Puma, the ceiling server
+# (../shared/bench/limit: bare hyper, no Ruby; hello only) and Iodine and
+# Itsi when PEERS_DIR holds locally built launchers for them; one process
+# each, wrk -t1. All servers run for the whole script; each round measures
+# every server once, in turn (interleaved), so a drift of the machine
+# touches all of them alike. Prints medians, the process CPU per request
+# (from /proc, user + system), ratios, and each server's RSS after the run.
 #
-#   benchmarks/peers.sh                       # 3 rounds of 5 s
-#   ROUNDS=5 DURATION=10 PEERS_DIR=~/peers benchmarks/peers.sh
+#   benchmarks/peers.sh                       # hello, 3 rounds of 5 s
+#   SHAPE=rails ROUNDS=5 PEERS_DIR=/work/peers benchmarks/peers.sh
 #
-# PEERS_DIR/<name> (iodine, itsi): an executable that takes PORT APP and
-# serves APP on 127.0.0.1:PORT in the foreground with one process and one
-# thread (docs/BENCHMARKS.md, "Peers built locally", has the recipes).
+# SHAPE  app                          threads  wrk -c
+# hello  apps/hello.ru                1        1, 50
+# 100k   apps/string.ru, 100 KiB body 5        20
+# upload apps/upload.ru, 1 MiB POSTs  5        20     (read in 64 KiB reads)
+# rails  apps/rails_json.ru /items    5        1, 20  (Debian's ruby-railties)
+#
+# PEERS_DIR/<name> (iodine, itsi): an executable that takes PORT APP
+# [THREADS] and serves APP on 127.0.0.1:PORT in the foreground with one
+# process (docs/BENCHMARKS.md, "Peers built locally").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
-APP=benchmarks/apps/hello.ru
+SHAPE=${SHAPE:-hello}
+URL_PATH=/
+WRK_ARGS=()
+case "$SHAPE" in
+  hello) APP=benchmarks/apps/hello.ru THREADS=1 LOADS="1 50" ;;
+  100k) APP=benchmarks/apps/string.ru THREADS=5 LOADS="20"; export BODY_KIB=100 ;;
+  upload) APP=benchmarks/apps/upload.ru THREADS=5 LOADS="20"; WRK_ARGS=(-s benchmarks/post_1mib.lua) ;;
+  rails) APP=benchmarks/apps/rails_json.ru THREADS=5 LOADS="1 20" URL_PATH=/items; export RAILS_ENV=production ;;
+  *) echo "SHAPE must be hello, 100k, upload or rails" >&2; exit 2 ;;
+esac
 BASE_PORT=${BASE_PORT:-19500}
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -40,18 +55,18 @@ start() { # NAME COMMAND...
   PIDS[$name]=$!
   PORTS[$name]=$port
   SERVERS+=("$name")
-  wait_for_url "http://127.0.0.1:$port/"
-  wrk -t1 -c50 -d2s "http://127.0.0.1:$port/" >/dev/null # warm-up
+  wait_for_url "http://127.0.0.1:$port$URL_PATH"
+  wrk -t1 -c20 -d2s "${WRK_ARGS[@]}" "http://127.0.0.1:$port$URL_PATH" >/dev/null # warm-up
 }
 
-tsubame() { exec ruby exe/tsubame -q -t 1:1 -b "tcp://127.0.0.1:$1" "$APP"; }
-puma_1() { exec puma -q -t 1:1 -b "tcp://127.0.0.1:$1" "$APP"; }
+tsubame() { exec ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$1" "$APP"; }
+puma_n() { exec puma -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$1" "$APP"; }
 ceiling() { exec "$LIMIT_BIN" "127.0.0.1:$1" 1; }
-peer() { exec "$PEERS_DIR/$1" "$2" "$(pwd)/$APP"; }
+peer() { exec "$PEERS_DIR/$1" "$2" "$(pwd)/$APP" "$THREADS"; }
 
-start ceiling ceiling
+[ "$SHAPE" = hello ] && start ceiling ceiling
 start tsubame tsubame
-start puma puma_1
+start puma puma_n
 for p in iodine itsi; do
   if [ -n "${PEERS_DIR:-}" ] && [ -x "$PEERS_DIR/$p" ]; then
     eval "run_$p() { peer $p \"\$1\"; }"
@@ -59,24 +74,32 @@ for p in iodine itsi; do
   fi
 done
 
-# run_wrk CONNECTIONS PORT -> "rps p99_us"
+# CPU seconds (user + system) the process has used so far.
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+
+# run_wrk CONNECTIONS NAME -> "rps p99_us errors cpu_us_per_request"
 run_wrk() {
-  wrk -t1 -c"$1" -d"${DURATION}s" --latency "http://127.0.0.1:$2/" > "$WORK/wrk.out"
+  local before after
+  before=$(cpu_seconds "${PIDS[$2]}")
+  wrk -t1 -c"$1" -d"${DURATION}s" --latency "${WRK_ARGS[@]}" "http://127.0.0.1:${PORTS[$2]}$URL_PATH" > "$WORK/wrk.out"
+  after=$(cpu_seconds "${PIDS[$2]}")
   ruby -e '
     text = File.read(ARGV[0])
     m = text.match(/^\s+99%\s+([\d.]+)(us|ms|s)\b/)
     p99 = m[1].to_f * { "us" => 1, "ms" => 1000, "s" => 1_000_000 }.fetch(m[2])
     errors = text[/Non-2xx.*?(\d+)/, 1].to_i + text[/Socket errors:.*?(\d+)/, 1].to_i
-    printf("%.0f %.0f %d\n", text[/Requests\/sec:\s+([\d.]+)/, 1].to_f, p99, errors)
-  ' "$WORK/wrk.out"
+    requests = text[/(\d+) requests in/, 1].to_f
+    cpu = (ARGV[2].to_f - ARGV[1].to_f) * 1_000_000 / [requests, 1].max
+    printf("%.0f %.0f %d %.1f\n", text[/Requests\/sec:\s+([\d.]+)/, 1].to_f, p99, errors, cpu)
+  ' "$WORK/wrk.out" "$before" "$after"
 }
 
 declare -A RESULTS
 for r in $(seq 1 "$ROUNDS"); do
-  for c in 1 50; do
+  for c in $LOADS; do
     for s in "${SERVERS[@]}"; do
-      RESULTS["$s,$c,$r"]=$(run_wrk "$c" "${PORTS[$s]}")
-      echo "  round $r -c$c $s: ${RESULTS["$s,$c,$r"]} (req/s p99_us errors)" >&2
+      RESULTS["$s,$c,$r"]=$(run_wrk "$c" "$s")
+      echo "  round $r -c$c $s: ${RESULTS["$s,$c,$r"]} (req/s p99_us errors cpu_us/req)" >&2
     done
   done
 done
@@ -88,20 +111,18 @@ col() { # NAME C FIELD
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || echo "?"; }
 
 echo
-echo "hello world, 1 process, 1 thread, wrk -t1 -d${DURATION}s, median of $ROUNDS interleaved rounds"
+echo "$SHAPE ($APP), 1 process, $THREADS thread(s), wrk -t1 -d${DURATION}s, median of $ROUNDS interleaved rounds"
 echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
-printf "%-8s %10s %8s %10s %8s %10s %8s %9s\n" server "-c1 req/s" "p99 us" "-c50 req/s" "p99 us" "/ceiling" "errors" "RSS MB"
-for s in "${SERVERS[@]}"; do
-  printf "%-8s %10s %8s %10s %8s %10s %8s %9s\n" "$s" "$(col "$s" 1 1)" "$(col "$s" 1 2)" "$(col "$s" 50 1)" \
-    "$(col "$s" 50 2)" \
-    "$(awk -v a="$(col "$s" 1 1)" -v b="$(col ceiling 1 1)" -v x="$(col "$s" 50 1)" -v y="$(col ceiling 50 1)" \
-      'BEGIN { printf "%.2f/%.2f", a / b, x / y }')" \
-    "$(( $(col "$s" 1 3) + $(col "$s" 50 3) ))" "$(rss_mb "${PIDS[$s]}")"
+for c in $LOADS; do
+  printf "%-8s %10s %9s %12s %7s\n" "-c$c" "req/s" "p99 us" "CPU us/req" errors
+  for s in "${SERVERS[@]}"; do
+    printf "%-8s %10s %9s %12s %7s\n" "$s" "$(col "$s" "$c" 1)" "$(col "$s" "$c" 2)" "$(col "$s" "$c" 4)" "$(col "$s" "$c" 3)"
+  done
+  for s in "${SERVERS[@]}"; do
+    [ "$s" = tsubame ] && continue
+    awk -v s="$s" -v a="$(col tsubame "$c" 1)" -v b="$(col "$s" "$c" 1)" -v p="$(col tsubame "$c" 2)" \
+      -v q="$(col "$s" "$c" 2)" -v u="$(col tsubame "$c" 4)" -v v="$(col "$s" "$c" 4)" \
+      'BEGIN { printf "  tsubame / %-8s req/s %.2fx  p99 %.2fx  CPU per request %.2fx\n", s, a / b, p / q, u / v }'
+  done
 done
-echo
-for s in "${SERVERS[@]}"; do
-  [ "$s" = tsubame ] || [ "$s" = ceiling ] && continue
-  awk -v s="$s" -v a="$(col tsubame 1 1)" -v b="$(col "$s" 1 1)" -v x="$(col tsubame 50 1)" -v y="$(col "$s" 50 1)" \
-    -v p="$(col tsubame 50 2)" -v q="$(col "$s" 50 2)" \
-    'BEGIN { printf "tsubame / %-7s req/s -c1 %.2fx  -c50 %.2fx  p99 -c50 %.2fx\n", s, a / b, x / y, p / q }'
-done
+echo "RSS after the run (MB):$(for s in "${SERVERS[@]}"; do printf " %s %s" "$s" "$(rss_mb "${PIDS[$s]}")"; done)"
