@@ -5,6 +5,8 @@
 # make soak   a million mixed requests in cluster mode; RSS, fds, threads
 # make fuzz   libFuzzer targets over request parsing and response heads
 # make h2spec  the HTTP/2 conformance suite alone (also part of make test)
+# make fleet   three instances behind HAProxy through restarts (benchmark)
+# make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -14,7 +16,7 @@ export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 
 APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
-                openssl nghttp2-client haproxy
+                openssl nghttp2-client haproxy ruby-railties ruby-actionpack
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
@@ -31,7 +33,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls gem h2spec h2spec-install
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers fleet gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -108,6 +110,16 @@ bench-io: deps build
 
 bench-tls: deps build
 	benchmarks/tls.sh
+
+# Tsubame beside Puma, the ceiling server and locally built peers
+# (PEERS_DIR, see docs/BENCHMARKS.md); SHAPE=hello|100k|upload|rails.
+bench-peers: deps build
+	benchmarks/peers.sh
+
+# Three instances behind HAProxy: steady load, rolling USR2, rolling
+# TERM+start, readiness under overload; Tsubame then Puma (~5 min a round).
+fleet: deps build
+	benchmarks/fleet.sh
 
 # h2spec is a Go program: installed into GOPATH/bin once, with go install.
 # test/http2_h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
