@@ -9,8 +9,10 @@ class Http2Test < Minitest::Test
   include Tsubame::TlsSupport
 
   # /stream/N streams N chunks of 1000 bytes (chunk i is the digit i % 10),
-  # /blob/N answers N pseudo-random bytes seeded by N, anything else reports
-  # the env and the request body's digest.
+  # /burst/N streams N chunks of assorted sizes with no pause (Burst.piece),
+  # /declared/L/N the same with a content-length of L, /blob/N answers N
+  # pseudo-random bytes seeded by N, anything else reports the env and the
+  # request body's digest.
   APP = <<~'RUBY'
     require "json"
     require "digest"
@@ -24,9 +26,24 @@ class Http2Test < Minitest::Test
       end
     end
 
+    class Burst
+      def self.piece(i) = ((i % 26) + 97).chr * (((i * 7919) % 3001) + 1)
+
+      def initialize(count)
+        @count = count
+      end
+
+      def each
+        @count.times { |i| yield Burst.piece(i) }
+      end
+    end
+
     run lambda { |env|
       case env["PATH_INFO"]
       when %r{\A/stream/(\d+)\z} then [200, { "content-type" => "text/plain" }, Chunks.new($1.to_i)]
+      when %r{\A/burst/(\d+)\z} then [200, { "content-type" => "text/plain" }, Burst.new($1.to_i)]
+      when %r{\A/declared/(\d+)/(\d+)\z}
+        [200, { "content-type" => "text/plain", "content-length" => $1 }, Burst.new($2.to_i)]
       when %r{\A/blob/(\d+)\z} then [200, { "content-type" => "application/octet-stream" }, [Random.new($1.to_i).bytes($1.to_i)]]
       else
         body = env["rack.input"].read
@@ -102,6 +119,36 @@ class Http2Test < Minitest::Test
       out, err, status = h2("#{base}/blob/5000000")
       assert status.success?, err
       assert_equal Random.new(5_000_000).bytes(5_000_000), out.b
+    end
+  end
+
+  # Chunks the app yields back to back are taken from the channel together
+  # and small ones merged into DATA frames (h2.rs `send_stream`); what the
+  # client gets must be the same bytes in the same order, within the
+  # declared length, also when small windows make the server wait.
+  def test_bursts_of_small_chunks_arrive_whole_in_order_and_within_their_length
+    burst = ->(n) { Array.new(n) { |i| ((i % 26) + 97).chr * (((i * 7919) % 3001) + 1) }.join }
+    with_server(APP, args: ["-b", ssl_bind]) do |server|
+      port = ssl_port(server)
+      base = "https://localhost:#{port}"
+      in_tmpdir do |dir|
+        args = [3000, 1, 37].flat_map { |n| ["-o", File.join(dir, "b-#{n}"), "#{base}/burst/#{n}"] }
+        _out, err, status = h2("--parallel", *args)
+        assert status.success?, err
+        [3000, 1, 37].each { |n| assert_equal burst.call(n), File.binread(File.join(dir, "b-#{n}")), "burst of #{n}" }
+      end
+      # The app streams more than its content-length: the client gets
+      # exactly that many bytes and a complete response.
+      out, err, status = h2("#{base}/declared/100000/500")
+      assert status.success?, err
+      assert_equal burst.call(500)[0, 100_000], out
+      # Fewer than declared: the stream is reset, not ended as if complete.
+      _out, _err, status = h2("#{base}/declared/#{burst.call(20).bytesize + 1}/20")
+      refute status.success?, "a body shorter than its content-length must not look complete"
+      # 16 KiB windows: every merged frame waits for WINDOW_UPDATEs.
+      out, err, status = Open3.capture3("nghttp", "-w", "14", "-W", "14", "https://127.0.0.1:#{port}/burst/3000")
+      assert status.success?, err
+      assert_equal burst.call(3000), out
     end
   end
 

@@ -7,11 +7,15 @@
 //! in `name: value` lines (made with `Version::Http2`, so without framing
 //! or connection headers) and the body. `response_parts` turns the head
 //! into a HEADERS frame; connection-specific headers are dropped there, as
-//! RFC 9113 §8.2.2 requires.
+//! RFC 9113 §8.2.2 requires. A streamed body goes out a batch of chunks at
+//! a time (`send_stream`), and over TLS the frames of every stream collect
+//! in rustls and reach the socket once per pass of the connection task
+//! (`h2_io.rs`), not once per frame.
 
 use crate::body::{Body, BodySink};
-use crate::connection::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
+use crate::connection::{accepts_json, await_reply, reply_status, shed, submit, Answer, ClientIo, Submitted};
 use crate::error::HttpError;
+use crate::h2_io::{HeldWrites, Passes};
 use crate::health;
 use crate::job::ConnInfo;
 use crate::linger::{LINGER_BYTES, LINGER_TIME};
@@ -20,28 +24,55 @@ use crate::parse::{is_known_method, Framing, RequestHead, Version};
 use crate::queue::Pushed;
 use crate::reply::{Reply, StreamFraming, StreamMsg};
 use crate::response::{error_response, unavailable_response};
+use crate::rewind::Rewind;
 use crate::server::Shared;
 use crate::stats::Stats;
-use bytes::Bytes;
+use crate::stream_channel::StreamReceiver;
+use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
-use http::{HeaderName, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::time::{timeout, timeout_at};
+use tokio_rustls::server::TlsStream;
 
 const FILE_CHUNK: usize = 64 * 1024;
 
 /// The client preface every HTTP/2 connection starts with (RFC 9113 §3.4).
 pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-pub(crate) async fn serve_h2<T>(io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>)
+/// What `serve_h2` runs over. Over TLS the codec's writes are held in
+/// rustls and written once per pass of the connection task (`h2_io`);
+/// h2c (cleartext, prior knowledge) writes as the codec does.
+pub(crate) trait H2Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn into_h2_io(self, passes: &Passes) -> Self::Io;
+}
+
+impl<T> H2Io for TlsStream<T>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    type Io = HeldWrites<T>;
+    fn into_h2_io(self, passes: &Passes) -> HeldWrites<T> {
+        HeldWrites::new(self, passes.clone())
+    }
+}
+
+impl<T: ClientIo> H2Io for Rewind<T> {
+    type Io = Self;
+    fn into_h2_io(self, _: &Passes) -> Self {
+        self
+    }
+}
+
+pub(crate) async fn serve_h2<T: H2Io>(io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>) {
     let opts = &shared.opts;
+    let passes = Passes::default();
+    let io = io.into_h2_io(&passes);
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(opts.h2_max_concurrent_streams)
@@ -56,6 +87,9 @@ where
     tokio::pin!(stop);
     stop.as_mut().enable();
     let mut draining = false;
+    // A pass ends when the connection has nothing more to do (Pending), so
+    // streams accepted one after another belong to the same pass.
+    let mut new_pass = true;
     loop {
         if !draining && shared.is_stopping() {
             // GOAWAY: streams already open finish, no new ones start.
@@ -65,7 +99,14 @@ where
         let accepted = tokio::select! {
             biased;
             _ = &mut stop, if !draining => continue,
-            accepted = connection.accept() => accepted,
+            accepted = std::future::poll_fn(|cx| {
+                if new_pass {
+                    passes.begin();
+                }
+                let polled = connection.poll_accept(cx);
+                new_pass = polled.is_pending();
+                polled
+            }) => accepted,
             _ = tokio::time::sleep(opts.persistent_timeout), if !draining => {
                 if !connection.has_streams() {
                     connection.graceful_shutdown();
@@ -302,29 +343,59 @@ async fn refuse(respond: &mut SendResponse<Bytes>, shared: &Shared, error: HttpE
 /// The status line and header lines of an HTTP/1-form head as an HTTP/2
 /// response, and where the body starts. Connection-specific headers
 /// (RFC 9113 §8.2.2) are dropped.
-pub(crate) fn response_parts(bytes: &[u8]) -> Option<(Response<()>, usize)> {
-    let lines = memchr::memmem::find_iter(bytes, b"\r\n").count();
-    let mut headers = vec![httparse::EMPTY_HEADER; lines.max(1)];
-    let mut parsed = httparse::Response::new(&mut headers);
-    let end = match parsed.parse(bytes) {
-        Ok(httparse::Status::Complete(end)) => end,
-        _ => return None,
+///
+/// The head is one `response.rs` (or `error_response`) wrote: `HTTP/1.x
+/// NNN reason`, `name: value` lines, an empty line. It is read line by line
+/// up to that empty line only (a Full reply's body follows in the same
+/// buffer), and the values are slices of `bytes`, not copies. A line that
+/// is not a valid header is left out; a head without its end is `None`.
+pub(crate) fn response_parts(bytes: &Bytes) -> Option<(Response<()>, usize)> {
+    let (status_line, mut at) = next_line(bytes, 0)?;
+    let status = match status_line {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', code @ ..] => code.get(..3).filter(|_| {
+            // Three digits, then a space (and the reason) or nothing.
+            matches!(code.get(3), None | Some(b' '))
+        }),
+        _ => None,
     };
-    let mut response = Response::new(());
-    *response.status_mut() = StatusCode::from_u16(parsed.code?).ok()?;
-    let map = response.headers_mut();
-    for header in parsed.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(header.name.as_bytes()) else {
-            continue;
-        };
-        if is_connection_specific(&name) {
-            continue;
+    let status = StatusCode::from_bytes(status?).ok()?;
+    let mut map = HeaderMap::with_capacity(RESPONSE_HEADERS);
+    loop {
+        let (line, next) = next_line(bytes, at)?;
+        if line.is_empty() {
+            let mut response = Response::new(());
+            *response.status_mut() = status;
+            *response.headers_mut() = map;
+            return Some((response, next));
         }
-        if let Ok(value) = HeaderValue::from_bytes(header.value) {
-            map.append(name, value);
+        if let Some(colon) = memchr::memchr(b':', line) {
+            let raw = &line[colon + 1..];
+            let value = raw.trim_ascii();
+            let start = at + colon + 1 + (raw.len() - raw.trim_ascii_start().len());
+            if let Ok(name) = HeaderName::from_bytes(&line[..colon]) {
+                if !is_connection_specific(&name) {
+                    let value = HeaderValue::from_maybe_shared(bytes.slice(start..start + value.len()));
+                    if let Ok(value) = value {
+                        map.append(name, value);
+                    }
+                }
+            }
         }
+        at = next;
     }
-    Some((response, end))
+}
+
+/// Room for this many response headers before the map grows (the
+/// benchmark apps send 25 plus date and content-length).
+const RESPONSE_HEADERS: usize = 32;
+
+/// The line that starts at `at` without its CRLF (or bare LF), and where
+/// the next one starts.
+fn next_line(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = bytes.get(at..)?;
+    let end = memchr::memchr(b'\n', rest)?;
+    let line = &rest[..end];
+    Some((line.strip_suffix(b"\r").unwrap_or(line), at + end + 1))
 }
 
 fn is_connection_specific(name: &HeaderName) -> bool {
@@ -351,7 +422,8 @@ async fn send_full(respond: &mut SendResponse<Bytes>, bytes: Bytes, shared: &Sha
 }
 
 /// Sends `data` as flow control allows: never more than the peer's window,
-/// so a slow reader holds the stream back instead of filling memory.
+/// so a slow reader holds the stream back instead of filling memory. The
+/// `h2` codec cuts what fits into DATA frames of the peer's frame size.
 async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool, wait: Duration) -> Option<()> {
     if data.is_empty() {
         if end {
@@ -361,17 +433,131 @@ async fn send_data(stream: &mut SendStream<Bytes>, mut data: Bytes, end: bool, w
     }
     while !data.is_empty() {
         stream.reserve_capacity(data.len());
-        let granted = match timeout(wait, std::future::poll_fn(|cx| stream.poll_capacity(cx))).await {
-            Ok(Some(Ok(n))) => n,
-            _ => return None,
-        };
+        // Capacity is usually there at once (the window is open): no wait.
+        let mut granted = stream.capacity();
         if granted == 0 {
-            continue;
+            granted = match timeout(wait, std::future::poll_fn(|cx| stream.poll_capacity(cx))).await {
+                Ok(Some(Ok(n))) => n,
+                _ => return None,
+            };
+            if granted == 0 {
+                continue;
+            }
         }
         let chunk = data.split_to(granted.min(data.len()));
         stream.send_data(chunk, end && data.is_empty()).ok()?;
     }
     Some(())
+}
+
+/// Most chunks taken from a stream's channel at once.
+const STREAM_BATCH: usize = 256;
+
+/// A streamed body. Each wake-up takes every chunk the app queued meanwhile
+/// (as the HTTP/1 writer does) and sends runs of small ones as one DATA
+/// frame (`Coalesced`): each frame is a write of its own in the `h2` codec
+/// (and a TLS record), so a body of many small pieces would otherwise cost
+/// a syscall per piece. A chunk the app wrote before pausing still goes out
+/// at once. The end of the body rides on the last DATA frame when it is in
+/// the same batch. Returns the body bytes sent, `None` if the client left.
+async fn send_stream(
+    stream: &mut SendStream<Bytes>,
+    chunks: &mut StreamReceiver,
+    declared: Option<u64>,
+    wait: Duration,
+) -> Option<u64> {
+    let mut batch = Vec::with_capacity(STREAM_BATCH);
+    let mut pieces = Coalesced::default();
+    let mut sent = 0u64;
+    loop {
+        if !chunks.recv_batch(&mut batch, STREAM_BATCH).await {
+            // The body failed (the sender went without `End`): the reset
+            // tells the client it is incomplete.
+            stream.send_reset(Reason::INTERNAL_ERROR);
+            return Some(sent);
+        }
+        let mut ended = false;
+        for msg in batch.drain(..) {
+            match msg {
+                StreamMsg::Data(mut data) if !ended => {
+                    if let Some(limit) = declared {
+                        data.truncate(limit.saturating_sub(sent).min(data.len() as u64) as usize);
+                    }
+                    sent += data.len() as u64;
+                    pieces.push(data);
+                }
+                StreamMsg::Data(_) => {}
+                StreamMsg::End => ended = true,
+            }
+        }
+        let complete = ended && declared.is_none_or(|l| l == sent);
+        let frames = pieces.take();
+        let count = frames.len();
+        for (i, data) in frames.into_iter().enumerate() {
+            send_data(stream, data, complete && i + 1 == count, wait).await?;
+        }
+        if complete {
+            if count == 0 {
+                send_data(stream, Bytes::new(), true, wait).await?;
+            }
+            return Some(sent);
+        }
+        if ended {
+            // Shorter than its content-length: the reset tells the client.
+            stream.send_reset(Reason::INTERNAL_ERROR);
+            return Some(sent);
+        }
+    }
+}
+
+/// Runs of small chunks are merged up to this size: the default (and
+/// usual) SETTINGS_MAX_FRAME_SIZE, so a merged run is one DATA frame.
+const COALESCE: usize = 16 * 1024;
+
+/// Body chunks in order, consecutive small ones merged into pieces of at
+/// most `COALESCE` bytes (one copy); a chunk alone in its run, or as large
+/// as `COALESCE`, goes as it is.
+#[derive(Default)]
+struct Coalesced {
+    out: Vec<Bytes>,
+    run: Vec<Bytes>,
+    run_len: usize,
+}
+
+impl Coalesced {
+    fn push(&mut self, data: Bytes) {
+        if data.is_empty() {
+            return;
+        }
+        if self.run_len + data.len() > COALESCE {
+            self.close_run();
+        }
+        if data.len() >= COALESCE {
+            self.out.push(data);
+        } else {
+            self.run_len += data.len();
+            self.run.push(data);
+        }
+    }
+
+    fn close_run(&mut self) {
+        if self.run.len() > 1 {
+            let mut merged = BytesMut::with_capacity(self.run_len);
+            for piece in self.run.drain(..) {
+                merged.extend_from_slice(&piece);
+            }
+            self.out.push(merged.freeze());
+        } else {
+            self.out.append(&mut self.run);
+        }
+        self.run_len = 0;
+    }
+
+    /// Everything pushed since the last call, in order.
+    fn take(&mut self) -> Vec<Bytes> {
+        self.close_run();
+        std::mem::take(&mut self.out)
+    }
 }
 
 async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &Shared) -> Option<u64> {
@@ -417,31 +603,7 @@ async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &S
                 return Some(0);
             }
             let mut stream = respond.send_response(response, false).ok()?;
-            let mut sent = 0u64;
-            loop {
-                match chunks.recv().await {
-                    Some(StreamMsg::Data(mut data)) => {
-                        if let Some(limit) = declared {
-                            data.truncate(limit.saturating_sub(sent).min(data.len() as u64) as usize);
-                        }
-                        if data.is_empty() {
-                            continue;
-                        }
-                        sent += data.len() as u64;
-                        send_data(&mut stream, data, false, wait).await?;
-                    }
-                    Some(StreamMsg::End) if declared.is_none_or(|l| l == sent) => {
-                        send_data(&mut stream, Bytes::new(), true, wait).await?;
-                        return Some(sent);
-                    }
-                    Some(StreamMsg::End) | None => {
-                        // A body that failed or fell short of its length:
-                        // the reset tells the client it is incomplete.
-                        stream.send_reset(Reason::INTERNAL_ERROR);
-                        return Some(sent);
-                    }
-                }
-            }
+            send_stream(&mut stream, &mut chunks, declared, wait).await
         }
         Reply::Hijack { socket } => {
             let _ = socket.send(Err(std::io::Error::new(
@@ -469,12 +631,94 @@ mod tests {
     #[test]
     fn response_parts_drops_connection_headers_and_finds_the_body() {
         let bytes = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\nx-a: 2\r\n\r\nhello";
-        let (response, at) = response_parts(bytes).unwrap();
+        let bytes = Bytes::from_static(bytes);
+        let (response, at) = response_parts(&bytes).unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(&bytes[at..], b"hello");
         assert_eq!(response.headers()["content-type"], "text/plain");
         assert!(response.headers().get("connection").is_none());
         assert!(response.headers().get("transfer-encoding").is_none());
         assert_eq!(response.headers().get_all("x-a").iter().count(), 2);
+    }
+
+    #[test]
+    fn response_parts_reads_the_heads_the_engine_writes() {
+        let head = |text: &'static [u8]| response_parts(&Bytes::from_static(text));
+        // Values are trimmed; an empty value is kept; the body may hold
+        // anything, header-like lines included.
+        let bytes = Bytes::from_static(b"HTTP/1.1 404 Not Found\r\nx-v:  a b \t\r\nx-e:\r\n\r\nx-not: header\r\n\r\n");
+        let (response, at) = response_parts(&bytes).unwrap();
+        assert_eq!(response.status(), 404);
+        assert_eq!(response.headers()["x-v"], "a b");
+        assert_eq!(response.headers()["x-e"], "");
+        assert_eq!(response.headers().len(), 2);
+        assert_eq!(&bytes[at..], b"x-not: header\r\n\r\n");
+        // A head without a body, a reason-less status line, bare LFs.
+        let (response, at) = head(b"HTTP/1.1 204\nx: 1\n\n").unwrap();
+        assert_eq!((response.status().as_u16(), at), (204, 19));
+        let (response, _) = head(b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n").unwrap();
+        assert_eq!(response.status(), 103);
+        assert_eq!(response.headers()["link"], "</a.css>; rel=preload");
+        // Lines that are no header are left out; a head cut short or a bad
+        // status line is no head at all.
+        let (response, _) = head(b"HTTP/1.1 200 OK\r\nbad name: 1\r\nno colon\r\nok: 1\r\n\r\n").unwrap();
+        assert_eq!(response.headers().len(), 1);
+        assert!(head(b"HTTP/1.1 200 OK\r\nx: 1\r\n").is_none());
+        assert!(head(b"HTTP/1.1 20 OK\r\n\r\n").is_none());
+        assert!(head(b"HTTP/1.1 2000 OK\r\n\r\n").is_none());
+        assert!(head(b"ICY 200 OK\r\n\r\n").is_none());
+        assert!(head(b"").is_none());
+    }
+
+    #[test]
+    fn response_parts_shares_the_buffer_for_values() {
+        let bytes = Bytes::from(b"HTTP/1.1 200 OK\r\nx-long: 0123456789\r\n\r\nbody".to_vec());
+        let (response, _) = response_parts(&bytes).unwrap();
+        let value = response.headers()["x-long"].as_bytes();
+        let within = bytes.as_ptr_range();
+        assert!(
+            within.contains(&value.as_ptr()),
+            "the value is a slice of the head, not a copy"
+        );
+    }
+
+    fn coalesce(chunks: &[&[u8]]) -> Vec<Bytes> {
+        let mut pieces = Coalesced::default();
+        for chunk in chunks {
+            pieces.push(Bytes::copy_from_slice(chunk));
+        }
+        pieces.take()
+    }
+
+    #[test]
+    fn small_chunks_merge_up_to_a_frame_and_keep_their_order() {
+        let big = vec![b'b'; COALESCE];
+        let near = vec![b'n'; COALESCE - 2];
+        let pieces = coalesce(&[b"a", b"", b"bc", &near, b"d", &big, b"e", b"f"]);
+        let lens: Vec<usize> = pieces.iter().map(Bytes::len).collect();
+        // "a" and "bc" merge; `near` would take that run past COALESCE, so
+        // it starts the next one, which "d" joins; `big` goes alone.
+        assert_eq!(lens, vec![3, COALESCE - 1, COALESCE, 2]);
+        let joined: Vec<u8> = pieces.iter().flat_map(|p| p.iter().copied()).collect();
+        let expected: Vec<u8> = [&b"abc"[..], &near, b"d", &big, b"ef"].concat();
+        assert_eq!(joined, expected);
+        // Nothing pushed, nothing taken; the state is clear after a take.
+        let mut pieces = Coalesced::default();
+        assert!(pieces.take().is_empty());
+        pieces.push(Bytes::from_static(b"x"));
+        assert_eq!(pieces.take(), vec![Bytes::from_static(b"x")]);
+        assert!(pieces.take().is_empty());
+    }
+
+    #[test]
+    fn a_chunk_alone_in_its_run_is_not_copied() {
+        let chunk = Bytes::from(vec![7u8; 100]);
+        let mut pieces = Coalesced::default();
+        pieces.push(chunk.clone());
+        let big = Bytes::from(vec![8u8; COALESCE]);
+        pieces.push(big.clone());
+        let taken = pieces.take();
+        assert_eq!(taken[0].as_ptr(), chunk.as_ptr());
+        assert_eq!(taken[1].as_ptr(), big.as_ptr());
     }
 }

@@ -19,6 +19,7 @@ pub mod fiber_route;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod h2;
+mod h2_io;
 pub mod health;
 pub mod histogram;
 pub mod job;
