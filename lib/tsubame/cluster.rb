@@ -7,6 +7,7 @@ require "tsubame/bind_uri"
 require "tsubame/server"
 require "tsubame/listeners"
 require "tsubame/hot_restart"
+require "tsubame/hot_restart_check"
 require "tsubame/hooks"
 require "tsubame/log"
 require "tsubame/log_redirect"
@@ -75,6 +76,8 @@ module Tsubame
       @all_booted = false
       @started_at = Time.now
       @control = nil
+      # A hot restart's pre-flight check under way (HotRestartCheck).
+      @restart_check = nil
     end
 
     # Returns the exit status once every worker has stopped.
@@ -228,6 +231,7 @@ module Tsubame
         process_commands
         reap
         begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
+        advance_hot_restart
         next if @stopping
 
         check_workers
@@ -321,6 +325,12 @@ module Tsubame
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
+
+        # Every child is reaped here, the hot restart's check among them.
+        if @restart_check&.pid == pid
+          @restart_check.exited(status)
+          next
+        end
 
         worker = @workers.find { |w| w.pid == pid }
         exited(worker, status) if worker
@@ -484,11 +494,53 @@ module Tsubame
       end
     end
 
+    # USR2, `ctl restart`, tmp/restart.txt. The exec'd master is all that
+    # would supervise the old workers: if it could not start, they would
+    # stop with it. So the new config (and app, if the master loads it) is
+    # loaded first in a check child (see HotRestartCheck), polled from the
+    # loop (#advance_hot_restart) so that supervision goes on meanwhile.
     def hot_restart
       # A stop under way, or its shutdown delay, wins: re-executing would
       # forget it.
       return @log.info("* Hot restart not done: the server is stopping") if @stopping || @leave_at
+      # Another request while checking is the same restart.
+      return @log.info("* Hot restart already under way (check PID #{@restart_check.pid})") if @restart_check
 
+      @restart_check = HotRestartCheck.start(restart_check_timeout)
+      @log.info("* Hot restart: checking that the new configuration loads (check PID #{@restart_check.pid}); " \
+                "the workers serve meanwhile")
+    rescue SystemCallError => e
+      @log.error("! hot restart not done: cannot start the check of the new configuration: #{e.message}; " \
+                 "the old workers keep serving")
+    end
+
+    def restart_check_timeout
+      @options[:worker_boot_timeout] || HotRestartCheck::DEFAULT_TIMEOUT
+    end
+
+    # On every turn of the loop: once the check is over, re-execute if the
+    # new code loaded, otherwise say why and go on serving.
+    def advance_hot_restart
+      check = @restart_check
+      return unless check
+
+      if @stopping || @leave_at
+        @restart_check = nil
+        check.abandon
+        return @log.info("* Hot restart not done: the server is stopping")
+      end
+      return unless check.finished?
+
+      @restart_check = nil
+      if (failure = check.failure)
+        # The check's own error output is on stderr just above.
+        return @log.error("! hot restart not done: the new configuration/app #{failure}; the old workers keep serving")
+      end
+
+      re_execute
+    end
+
+    def re_execute
       @log.info("* Hot restart: re-executing #{HotRestart.command&.join(" ")}; the listeners stay open " \
                 "and the workers serve until the new master's workers boot")
       Hooks.run_logged(@options[:on_restart], "on_restart", @log)
@@ -637,6 +689,7 @@ module Tsubame
     # After the loop, or when it raised: nothing may outlive the master
     # unsupervised, and its files go.
     def shut_down
+      @restart_check&.abandon
       @workers.each { |w| signal(w, "TERM") }
       @listeners&.close
       @control&.stop

@@ -21,6 +21,12 @@ module Tsubame
   # same variable plus "stand_in": { "ready_fd" => N }, the pipe it writes
   # "ready" to once it serves. The single-mode process execs only then,
   # naming the stand-in among the "workers" for the new process to stop.
+  #
+  # In cluster mode the exec'd master is the only process that could load
+  # the new config (and a preloaded app): if it fails, the old workers see
+  # their master gone and stop. So the master first runs the same command
+  # as a check-only child (see HotRestartCheck) with the variable holding
+  # just "check": { "parent" => its pid }, and execs only if that exits 0.
   module HotRestart
     ENV_KEY = "TSUBAME_HOT_RESTART"
 
@@ -56,6 +62,15 @@ module Tsubame
         !handover[:stand_in].nil?
       end
 
+      # Whether this process is a cluster hot restart's pre-flight check.
+      # Only when the parent it names is really its parent: a variable left
+      # in some environment by mistake must not turn a real boot into a
+      # process that loads the config and exits.
+      def check?
+        parent = handover[:check]
+        !parent.nil? && parent == Process.ppid
+      end
+
       # In a stand-in: the pipe to write "ready" to, kept from any program
       # the app execs. Nil in any other process.
       def stand_in_ready_io
@@ -81,6 +96,16 @@ module Tsubame
         # leaks into it, and the sockets here stay closed on any other exec.
         keep = (fds.values.flatten + [ready.fileno]).to_h { |fd| [fd, fd] }
         Process.spawn({ ENV_KEY => handover }, *@command, keep.merge(chdir: @directory))
+      end
+
+      # Starts the command as a pre-flight check child (see HotRestartCheck),
+      # from the same directory, with the same environment the exec would
+      # get. It is handed no socket: it must not bind or serve. Returns the
+      # pid; raises SystemCallError if it cannot start.
+      def spawn_check
+        record(ARGV) unless @command
+        handover = JSON.generate("fds" => {}, "workers" => [], "check" => { "parent" => Process.pid })
+        Process.spawn({ ENV_KEY => handover }, *@command, chdir: @directory)
       end
 
       # Replaces this process. Returns only if exec failed, with the error.
@@ -111,9 +136,10 @@ module Tsubame
         data = text ? JSON.parse(text) : {}
         fds = data.fetch("fds", {}).transform_values { |list| list.map { |fd| Integer(fd) } }
         stand_in = data["stand_in"] && { ready_fd: Integer(data["stand_in"].fetch("ready_fd")) }
-        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) }, stand_in: stand_in }
-      rescue JSON::ParserError, TypeError, ArgumentError, KeyError
-        { fds: {}, workers: [], stand_in: nil }
+        check = data["check"] && Integer(data["check"].fetch("parent"))
+        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) }, stand_in: stand_in, check: check }
+      rescue JSON::ParserError, TypeError, ArgumentError, KeyError, NoMethodError
+        { fds: {}, workers: [], stand_in: nil, check: nil }
       end
     end
   end

@@ -7,6 +7,7 @@ require "tsubame/bind_uri"
 require "tsubame/app_loader"
 require "tsubame/hooks"
 require "tsubame/hot_restart"
+require "tsubame/hot_restart_check"
 require "tsubame/stand_in"
 require "tsubame/listeners"
 require "tsubame/self_signed"
@@ -53,8 +54,11 @@ module Tsubame
       @stdout.sync = true
       ENV["RACK_ENV"] = @options[:environment]
       # Asked first, which also takes the hot restart's variable out of ENV
-      # before the app loads. A stand-in serves alone whatever the config's
-      # worker count: the re-executed process applies that.
+      # before the app loads. A cluster hot restart's pre-flight check stops
+      # here, the config loaded, whatever mode that config asks for. A
+      # stand-in serves alone whatever the config's worker count: the
+      # re-executed process applies that.
+      return HotRestartCheck.run(@options, app: @app, stdout: @stdout, stderr: @stderr) if HotRestart.check?
       return run_stand_in if HotRestart.stand_in?
 
       warn_ignored
