@@ -35,7 +35,7 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 0.5, handoff_spin: 0.00005,
+    upload_memory: 67_108_864, readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 0.5, handoff_spin: 0.00005,
     fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
     http2: true,
     h2c: false,
@@ -178,6 +178,7 @@ class ConfigTest < Minitest::Test
       max_queue 64
       max_connections 500
       max_spooled_uploads 4
+      upload_memory 1_000_000
       retry_after 2
       idle_memory_trim false
       health_check_path "/up"
@@ -207,7 +208,7 @@ class ConfigTest < Minitest::Test
         max_header_size: 8192, max_headers: 50, first_data_timeout: 7.0, persistent_timeout: 5.0,
         body_timeout: 9.0, drain_timeout: 12.0, log_requests: true, tcp_nodelay: false,
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
-        max_connections: 500, max_spooled_uploads: 4, retry_after: 2, health_check_path: "/up",
+        max_connections: 500, max_spooled_uploads: 4, upload_memory: 1_000_000, retry_after: 2, health_check_path: "/up",
         readiness_check_path: "/ready", readiness_queue_threshold: 3, readiness_queue_wait: 0.5, readiness_hold: 2.0,
         handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,

@@ -213,7 +213,7 @@ class OverloadTest < Minitest::Test
   def test_concurrent_spooled_uploads_are_capped
     Dir.mktmpdir do |dir|
       config = File.join(dir, "tsubame.rb")
-      File.write(config, "spool_threshold 1024\nmax_spooled_uploads 1\n")
+      File.write(config, "spool_threshold 1024\nmax_spooled_uploads 1\nupload_memory 0\n")
       with_server(APP, args: ["-C", config]) do |s|
         first = s.socket
         first.write("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + ("a" * 4096))

@@ -261,6 +261,12 @@ module Tsubame
       set(:max_spooled_uploads, count)
     end
 
+    # Bytes of uploads past spool_threshold kept in memory at once before
+    # further ones go to disk (0: every one goes to disk).
+    def upload_memory(bytes)
+      set(:upload_memory, bytes)
+    end
+
     def retry_after(seconds)
       set(:retry_after, seconds)
     end

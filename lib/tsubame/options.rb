@@ -43,6 +43,7 @@ module Tsubame
       max_queue: 1024,
       max_connections: nil,
       max_spooled_uploads: 32,
+      upload_memory: 67_108_864,
       retry_after: 1,
       idle_memory_trim: 10.0,
       health_check_path: nil,
@@ -103,7 +104,7 @@ module Tsubame
       spool_threshold upload_dir max_uri_size max_header_size max_headers
       first_data_timeout persistent_timeout body_timeout drain_timeout
       log_requests tcp_nodelay request_timeout request_timeout_grace
-      queue_timeout max_queue max_connections max_spooled_uploads retry_after
+      queue_timeout max_queue max_connections max_spooled_uploads upload_memory retry_after
       health_check_path readiness_check_path readiness_queue_threshold
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
@@ -134,6 +135,7 @@ module Tsubame
       max_queue: :optional_integer,
       max_connections: :optional_integer,
       max_spooled_uploads: :positive_integer,
+      upload_memory: :integer,
       retry_after: :integer,
       idle_memory_trim: :optional_seconds,
       health_check_path: :optional_path,

@@ -33,7 +33,7 @@ class DiskFullChaos < Minitest::Test
   end
 
   def test_uploads_that_do_not_fit_fail_alone
-    with_cluster(UPLOAD_APP, workers: 2, config: "upload_dir #{@mount.inspect}\n", args: %w[-t 3:3]) do |s|
+    with_cluster(UPLOAD_APP, workers: 2, config: "upload_dir #{@mount.inspect}\nupload_memory 0\n", args: %w[-t 3:3]) do |s|
       load = Tsubame::LoadLoop.new(s.port, clients: 2)
       outcomes = Array.new(FAILING) { upload(s, 2 * 1024 * 1024) }
       # Each stored body is freed as soon as its request is over, not when

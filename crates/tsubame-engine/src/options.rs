@@ -46,6 +46,9 @@ pub struct EngineOptions {
     pub max_connections: Option<usize>,
     /// Bodies being written to disk at once; more get 503.
     pub max_spooled_uploads: usize,
+    /// Bytes of bodies past `spool_threshold` (with a declared length) that
+    /// may be held in memory at once instead of on disk; 0 spools them all.
+    pub upload_memory: u64,
     /// Seconds sent in `Retry-After` with every 503.
     pub retry_after: u64,
     pub health_check_path: Option<String>,
@@ -109,6 +112,7 @@ impl Default for EngineOptions {
             max_queue: Some(1024),
             max_connections: None,
             max_spooled_uploads: 32,
+            upload_memory: 64 * 1024 * 1024,
             retry_after: 1,
             health_check_path: None,
             readiness_check_path: None,

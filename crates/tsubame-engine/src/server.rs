@@ -67,7 +67,7 @@ impl Shared {
         );
         Shared {
             readiness,
-            spool_gate: SpoolGate::with_dir(opts.max_spooled_uploads, opts.upload_dir.clone()),
+            spool_gate: SpoolGate::with_memory(opts.max_spooled_uploads, opts.upload_dir.clone(), opts.upload_memory),
             timed_out: TimedOut::default(),
             seq: AtomicU64::new(1),
             max_connections,
