@@ -17,7 +17,7 @@
 use crate::histogram::Histogram;
 use crate::job::Job;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// The jobs of one pool and its counts: what the thread pool's queue and
@@ -108,6 +108,10 @@ pub struct JobQueue {
     outstanding: AtomicUsize,
     /// Jobs queued, likewise: what a spinning thread watches.
     queued: AtomicUsize,
+    /// How long the app takes over a request, a moving average in
+    /// nanoseconds: an I/O thread waits awake for a reply only when it is
+    /// likely to come within the spin.
+    service_ns: AtomicU64,
     ready: Condvar,
     max_len: Option<usize>,
     /// How long an application thread with no job stays awake before it
@@ -179,6 +183,20 @@ impl JobQueue {
     /// be moments away.
     pub fn app_busy(&self) -> bool {
         self.outstanding() > 0
+    }
+
+    /// An application thread ran a job for `elapsed` (from taking it to
+    /// asking for the next): folded into the moving average, 1/8 each.
+    pub fn record_service(&self, elapsed: std::time::Duration) {
+        let sample = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let old = self.service_ns.load(Ordering::Relaxed);
+        let new = old - old / 8 + sample / 8;
+        self.service_ns.store(new, Ordering::Relaxed);
+    }
+
+    /// The moving average of `record_service`.
+    pub fn typical_service(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.service_ns.load(Ordering::Relaxed))
     }
 
     /// Jobs queued or running.

@@ -436,8 +436,12 @@ fn spin_before_park(shared: &Shared) {
     // the one thing that can wake this thread. With connections waiting
     // for their clients, the thread is woken for them soon anyway, and the
     // spin would take a core from the app thread or the clients.
+    // And only when the app usually answers within the spin: a Rails
+    // action of half a millisecond would leave the thread spinning for
+    // nothing.
     let connections = shared.stats.connections_active.load(Ordering::Relaxed);
-    if connections == 0 || (shared.queue.outstanding() as u64) < connections {
+    if connections == 0 || (shared.queue.outstanding() as u64) < connections || shared.queue.typical_service() >= limit
+    {
         return;
     }
     let started = std::time::Instant::now();

@@ -6,16 +6,17 @@ use crate::request::Request;
 use magnus::{prelude::*, Error, RArray, RHash, RString, Ruby, Symbol, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tsubame_engine::fiber_route::check_pattern;
 use tsubame_engine::server::StopOutcome;
 use tsubame_engine::timeouts::NextTimeout;
 use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
 
 thread_local! {
-    /// Whether this Ruby thread (1:1 with an OS thread in Ruby 3.1) took a
-    /// job on its last `next_request`; asking again means it finished it.
-    static HOLDING_JOB: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// When this Ruby thread (1:1 with an OS thread in Ruby 3.1) took the
+    /// job of its last `next_request`, if it took one; asking again means
+    /// it finished it.
+    static HOLDING_JOB: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
 #[magnus::wrap(class = "Tsubame::Native::Server", free_immediately, size)]
@@ -281,7 +282,8 @@ impl Server {
     /// queued request has been handed out. Waits with the GVL released.
     pub fn next_request(ruby: &Ruby, rb_self: &Self) -> Result<Option<Request>, Error> {
         let queue = rb_self.engine.queue();
-        if HOLDING_JOB.with(|h| h.replace(false)) {
+        if let Some(taken) = HOLDING_JOB.with(|h| h.replace(None)) {
+            queue.record_service(taken.elapsed());
             queue.finished();
         }
         loop {
@@ -309,7 +311,7 @@ impl Server {
             };
             match pop {
                 Pop::Job(job) => {
-                    HOLDING_JOB.with(|h| h.set(true));
+                    HOLDING_JOB.with(|h| h.set(Some(Instant::now())));
                     return Ok(Some(Request::new(*job)));
                 }
                 Pop::Closed => return Ok(None),
