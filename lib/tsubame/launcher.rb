@@ -113,6 +113,10 @@ module Tsubame
       control = start_control
       RunFiles.write(@options, control)
       previous = trap_signals(server)
+      # Last line of the banner, printed once the traps are in: a script
+      # that waits for it may signal at once (a USR2 before the traps
+      # would kill the process).
+      @stdout.puts "Use Ctrl-C to stop"
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
       restarter = nil
@@ -165,7 +169,6 @@ module Tsubame
 
     def print_addresses(addresses)
       addresses.each { |address| @stdout.puts "* Listening on #{BindURI.display(address)}" }
-      @stdout.puts "Use Ctrl-C to stop"
     end
 
     def start_control
