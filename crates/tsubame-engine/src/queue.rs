@@ -317,10 +317,13 @@ impl JobQueue {
             if interrupted.load(Ordering::Acquire) {
                 return Pop::Interrupted;
             }
-            if !spun && !state.spinning && !self.spin.is_zero() {
+            if !spun && !state.spinning && !self.spin.is_zero() && state.backlog.running == 0 {
                 // One thread at a time stays awake a moment before it
                 // sleeps: the next request often arrives within it, and
-                // then costs no futex wake-up and no context switch.
+                // then costs no futex wake-up and no context switch. Only
+                // while no other thread runs a request: a running thread
+                // takes the next job itself when it finishes (see `push`),
+                // so a spinner beside it would burn a core for nothing.
                 spun = true;
                 state.spinning = true;
                 drop(state);
