@@ -63,7 +63,6 @@ wrk -t1 -c50 -d2s "http://127.0.0.1:$PORT_P/" >/dev/null
 bench_server puma "$PORT_P"
 kill -TERM "$PS"; wait "$PS" || true
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 col() { # NAME C FIELD
   for r in $(seq 1 "$ROUNDS"); do echo "${RESULTS["$1,$2,$r"]}" | cut -d' ' -f"$3"; done | median
 }

@@ -12,3 +12,6 @@ wait_for_url() {
   echo "nothing answered at $url after $tries tries" >&2
   return 1
 }
+
+# median: the median of the numbers on standard input, one a line.
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }

@@ -117,7 +117,6 @@ for app in "${APP_ORDER[@]}"; do
   stop_server
 done
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 col() { # NAME APP PROTO FIELD
   for r in $(seq 1 "$ROUNDS"); do echo "${RESULTS["$1,$2,$3,$r"]}" | cut -d' ' -f"$4"; done | median
 }
