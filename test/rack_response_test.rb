@@ -111,6 +111,9 @@ class RackResponseTest < Minitest::Test
         [200, { "content-type" => "text/plain", "set-cookie" => "a=1\nb=2", "x-list" => "p\nq\nr" }, ["nl"]]
       when "/array-body"
         [200, { "content-type" => "text/plain" }, ["hello ", "", "array ", "body"]]
+      when "/to-ary"
+        # What Rack::ETag hands on: its buffered parts behind a BodyProxy.
+        [200, { "content-type" => "text/plain" }, Rack::BodyProxy.new(["proxied ", "parts"]) { log.call("closed proxy") }]
       when "/each"
         [200, { "content-type" => "text/plain" }, closing.new("each", ["chunk-1;", "chunk-2;", "chunk-3"], log)]
       when "/each-sized"
@@ -196,6 +199,17 @@ class RackResponseTest < Minitest::Test
       assert_nil reply["transfer-encoding"]
       assert_equal "hello array body", reply.body
       assert reply.complete
+    end
+  end
+
+  def test_a_body_whose_to_ary_gives_an_array_goes_out_whole_and_is_closed
+    serve do |s|
+      reply = get(s, "/to-ary")
+      assert_equal 200, reply.status, s.stderr
+      assert_equal "13", reply["content-length"]
+      assert_nil reply["transfer-encoding"], "not streamed chunk by chunk"
+      assert_equal "proxied parts", reply.body
+      assert_includes close_log_with("closed proxy"), "closed proxy\n"
     end
   end
 
