@@ -446,10 +446,12 @@ fn spin_before_park(shared: &Shared) {
     }
     let started = std::time::Instant::now();
     let mut n = 0u32;
+    // Yielding, like the app thread's spin (`JobQueue::pop_wait`): a
+    // runnable app thread on this core gets it at once.
     while shared.queue.app_busy() {
-        std::hint::spin_loop();
+        std::thread::yield_now();
         n += 1;
-        if n.is_multiple_of(32) && started.elapsed() >= limit {
+        if n.is_multiple_of(4) && started.elapsed() >= limit {
             break;
         }
     }
