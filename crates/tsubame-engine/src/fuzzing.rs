@@ -3,15 +3,16 @@
 //! (head, body framing, spooling, 100-continue, keep-alive, refusals)
 //! without sockets or Ruby. Built only with the `fuzzing` feature.
 
-use crate::body::Body;
-use crate::connection::{serve, ClientIo};
-use crate::job::{ConnInfo, ListenerInfo};
+use crate::dispatch::job::{ConnInfo, ListenerInfo};
+use crate::dispatch::queue::Pop;
+use crate::dispatch::reply::Reply;
+use crate::http1::connection::serve;
+use crate::message::body::Body;
+use crate::message::head::Framing;
+use crate::message::response::ResponseHead;
+use crate::net::client_io::ClientIo;
 use crate::options::EngineOptions;
-use crate::parse::Framing;
-use crate::queue::Pop;
-use crate::reply::Reply;
-use crate::response::ResponseHead;
-use crate::server::Shared;
+use crate::shared::Shared;
 use bytes::BytesMut;
 use std::io::Read;
 use std::os::fd::OwnedFd;

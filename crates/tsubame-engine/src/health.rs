@@ -2,10 +2,10 @@
 //! behind the application, so a load balancer's probe is answered in
 //! microseconds even while every thread is busy.
 
-use crate::parse::RequestHead;
-use crate::readiness::Verdict;
-use crate::response::ResponseHead;
-use crate::server::Shared;
+use crate::dispatch::readiness::Verdict;
+use crate::message::head::RequestHead;
+use crate::message::response::ResponseHead;
+use crate::shared::Shared;
 use std::fmt::Write;
 
 enum Probe {

@@ -68,7 +68,7 @@ pub struct EngineOptions {
     /// Fiber mode: requests `fiber_paths` selects (all of them when it is
     /// empty) go to the fiber queue, run by `fiber_threads` Ruby threads.
     pub fiber_scheduler: bool,
-    pub fiber_paths: Vec<crate::fiber_route::FiberPath>,
+    pub fiber_paths: Vec<crate::dispatch::fiber_route::FiberPath>,
     pub fiber_threads: usize,
     /// Fiber requests queued and running together; beyond it 503.
     pub max_fibers: Option<usize>,

@@ -1,117 +1,32 @@
 //! The engine as a whole: listeners bound at boot, a tokio runtime on its
 //! own threads started later, accept loops, and a graceful stop.
 
-use crate::accept::Acceptor;
-use crate::accept_log::AcceptFailures;
-use crate::bind::{BindSpec, Bound, Listener};
-use crate::body::SpoolGate;
-use crate::connection::{serve, ClientIo, READ_CHUNK};
+use crate::dispatch::fiber_queue::FiberQueue;
+use crate::dispatch::fiber_route::{FiberRoutes, PatternError};
+use crate::dispatch::job::{ConnInfo, ListenerInfo};
+use crate::dispatch::queue::JobQueue;
+use crate::dispatch::reply::Reply;
+use crate::dispatch::timeouts::TimedOut;
 use crate::error::BindError;
 use crate::error::ShedReason;
-use crate::fiber_queue::FiberQueue;
-use crate::fiber_route::{FiberRoutes, PatternError};
-use crate::job::{ConnInfo, ListenerInfo};
+use crate::http1::connection::serve;
 use crate::log;
+use crate::message::head::Version;
+use crate::message::response::unavailable_response;
+use crate::net::accept::Acceptor;
+use crate::net::accept_log::AcceptFailures;
+use crate::net::bind::{BindSpec, Bound, Listener};
+use crate::net::client_io::{ClientIo, READ_CHUNK};
+use crate::net::tls::{TlsError, TlsListener};
 use crate::options::EngineOptions;
-use crate::parse::Limits;
-use crate::parse::Version;
-use crate::queue::JobQueue;
-use crate::readiness::{Readiness, Verdict};
-use crate::reply::Reply;
-use crate::response::unavailable_response;
+use crate::shared::Shared;
 use crate::stats::{Stats, StatsSnapshot};
-use crate::timeouts::TimedOut;
-use crate::tls::{TlsError, TlsListener};
 use bytes::BytesMut;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::Notify;
-
-pub(crate) struct Shared {
-    pub opts: EngineOptions,
-    pub limits: Limits,
-    pub queue: Arc<JobQueue>,
-    /// Requests for the fiber loops; `routes` is `Some` in fiber mode only,
-    /// so the thread-pool path pays one branch for it.
-    pub fibers: Arc<FiberQueue>,
-    pub routes: Option<FiberRoutes>,
-    pub stats: Stats,
-    stopping: AtomicBool,
-    pub stop_notify: Notify,
-    /// Signalled whenever a connection closes while stopping.
-    conn_closed: Notify,
-    /// Arms the queue watcher (see `watch_queue`).
-    pub nudger: Notify,
-    pub spool_gate: Arc<SpoolGate>,
-    pub timed_out: TimedOut,
-    readiness: Readiness,
-    seq: AtomicU64,
-    max_connections: u64,
-}
-
-impl Shared {
-    pub(crate) fn new(opts: EngineOptions, routes: Option<FiberRoutes>) -> Shared {
-        let limits = Limits {
-            max_uri_size: opts.max_uri_size,
-            max_header_size: opts.max_header_size,
-            max_headers: opts.max_headers,
-        };
-        let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
-        let readiness = Readiness::new(
-            opts.readiness_queue_threshold.unwrap_or(0),
-            opts.readiness_queue_wait,
-            opts.readiness_hold,
-        );
-        Shared {
-            readiness,
-            spool_gate: SpoolGate::with_memory(opts.max_spooled_uploads, opts.upload_dir.clone(), opts.upload_memory),
-            timed_out: TimedOut::default(),
-            seq: AtomicU64::new(1),
-            max_connections,
-            queue: Arc::new(JobQueue::with_spin(opts.max_queue, opts.handoff_spin)),
-            fibers: Arc::new(FiberQueue::new(opts.max_fibers)),
-            routes,
-            opts,
-            limits,
-            stats: Stats::default(),
-            stopping: AtomicBool::new(false),
-            stop_notify: Notify::new(),
-            conn_closed: Notify::new(),
-            nudger: Notify::new(),
-        }
-    }
-
-    pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Acquire)
-    }
-
-    /// Stopping, or in the lame-duck period before a stop: responses tell
-    /// the client to close, so its next request opens a connection that a
-    /// load balancer sends elsewhere.
-    pub fn is_leaving(&self) -> bool {
-        self.is_stopping() || self.readiness.is_lame_duck()
-    }
-
-    pub fn readiness_verdict(&self) -> Verdict {
-        self.readiness.verdict(self.is_stopping(), &self.queue, &self.fibers)
-    }
-
-    pub fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
-    }
-}
-
-#[cfg(test)]
-impl Shared {
-    /// What `Engine::stop` does to the connections, without an engine.
-    pub(crate) fn begin_stop_for_test(&self) {
-        self.stopping.store(true, Ordering::Release);
-        self.stop_notify.notify_waiters();
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopOutcome {
@@ -498,15 +413,6 @@ fn config_error(e: PatternError) -> BindError {
     }
 }
 
-/// Enough connections to use most of the descriptor limit, leaving room
-/// for the app's own files and sockets.
-fn default_max_connections() -> u64 {
-    crate::sys::open_files_soft_limit()
-        .unwrap_or(1024)
-        .saturating_sub(128)
-        .max(16)
-}
-
 fn conn_guard(shared: &Arc<Shared>) -> ConnGuard {
     Stats::bump(&shared.stats.connections_total);
     shared.stats.connections_active.fetch_add(1, Ordering::AcqRel);
@@ -647,7 +553,7 @@ where
             }
         };
         if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            crate::h2::serve_h2(stream, conn, shared).await;
+            crate::h2::connection::serve_h2(stream, conn, shared).await;
         } else {
             serve(stream, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
         }
@@ -666,7 +572,7 @@ fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) 
     tokio::spawn(async move {
         let _guard = guard;
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
-        let preface = crate::h2::PREFACE;
+        let preface = crate::h2::connection::PREFACE;
         while buf.len() < preface.len() && preface.starts_with(&buf) {
             match tokio::time::timeout(shared.opts.first_data_timeout, io.read_buf(&mut buf)).await {
                 Ok(Ok(n)) if n > 0 => {}
@@ -674,8 +580,8 @@ fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) 
             }
         }
         if buf.starts_with(preface) {
-            let io = crate::rewind::Rewind::new(buf.freeze(), io);
-            crate::h2::serve_h2(io, conn, shared).await;
+            let io = crate::net::rewind::Rewind::new(buf.freeze(), io);
+            crate::h2::connection::serve_h2(io, conn, shared).await;
         } else {
             serve(io, conn, shared, buf).await;
         }

@@ -7,7 +7,7 @@ use magnus::{Error, RString, Ruby, Value};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read, Seek, SeekFrom};
-use tsubame_engine::body::Body;
+use tsubame_engine::message::body::Body;
 
 trait Source: BufRead + Seek + Send {}
 impl<T: BufRead + Seek + Send> Source for T {}

@@ -62,7 +62,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     selector.define_method("unwatch", method!(selector::Selector::unwatch, 1))?;
     selector.define_method("select", method!(selector::Selector::select, 1))?;
     selector.define_method("wakeup", method!(selector::Selector::wakeup, 0))?;
-    selector.define_method("attach", method!(selector::Selector::attach, 1))?;
+    selector.define_method("attach", method!(server::attach_selector, 1))?;
     server.define_method("reload_tls", method!(server::Server::reload_tls, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;

@@ -8,7 +8,7 @@
 use crate::errors::bind_error;
 use magnus::{Error, RArray, Ruby};
 use std::os::fd::IntoRawFd;
-use tsubame_engine::bind::{BindSpec, Listener};
+use tsubame_engine::net::bind::{BindSpec, Listener};
 
 /// Binds `uri` (a host may resolve to several addresses, so there may be
 /// several listeners) and returns `[[address, fd], ...]`. The caller owns

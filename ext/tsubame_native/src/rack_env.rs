@@ -9,8 +9,8 @@ use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Mutex, OnceLock};
-use tsubame_engine::parse::RequestHead;
-use tsubame_engine::parse::{Framing, Version};
+use tsubame_engine::message::head::RequestHead;
+use tsubame_engine::message::head::{Framing, Version};
 use tsubame_engine::ConnInfo;
 
 /// Frozen, interned, permanently marked strings.

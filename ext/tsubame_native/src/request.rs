@@ -15,11 +15,11 @@ use std::os::fd::IntoRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use tsubame_engine::body::Body;
-use tsubame_engine::job::JobState;
-use tsubame_engine::parse::RequestHead;
-use tsubame_engine::response::{status_has_no_body, FinishedHead, ResponseHead};
-use tsubame_engine::stream_channel::stream_channel;
+use tsubame_engine::dispatch::job::JobState;
+use tsubame_engine::dispatch::stream_channel::stream_channel;
+use tsubame_engine::message::body::Body;
+use tsubame_engine::message::head::RequestHead;
+use tsubame_engine::message::response::{status_has_no_body, FinishedHead, ResponseHead};
 use tsubame_engine::{ConnInfo, Job, Reply};
 
 /// Body bytes allowed to wait for a slow client before `write` blocks.

@@ -12,7 +12,6 @@
 //! readiness that is already there), so no edge is lost.
 
 use crate::ffi::without_gvl;
-use crate::server::Server;
 use magnus::{Error, RArray, Ruby};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
@@ -139,16 +138,11 @@ impl Selector {
     }
 
     /// A function waking this selector, for the engine to call.
-    pub fn waker(&self) -> tsubame_engine::fiber_queue::Waker {
+    pub fn waker(&self) -> tsubame_engine::dispatch::fiber_queue::Waker {
         let waker = self.waker.clone();
         Arc::new(move || {
             let _ = waker.wake();
         })
-    }
-
-    /// Wakes this selector whenever the engine queues requests for fibers.
-    pub fn attach(&self, server: &Server) {
-        server.fibers().add_waker(self.waker());
     }
 }
 

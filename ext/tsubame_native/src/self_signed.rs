@@ -11,8 +11,8 @@ use std::path::Path;
 /// whatever their encoding.
 pub fn write_self_signed(ruby: &Ruby, cert_path: RString, key_path: RString) -> Result<(), Error> {
     let (cert_path, key_path) = (os_path(cert_path), os_path(key_path));
-    let (cert, key) =
-        tsubame_engine::tls::self_signed().map_err(|e| Error::new(ruby.exception_runtime_error(), e.to_string()))?;
+    let (cert, key) = tsubame_engine::net::tls::self_signed()
+        .map_err(|e| Error::new(ruby.exception_runtime_error(), e.to_string()))?;
     let io_error =
         |path: &Path, e: std::io::Error| Error::new(ruby.exception_io_error(), format!("{}: {e}", path.display()));
     std::fs::write(&cert_path, cert).map_err(|e| io_error(&cert_path, e))?;

@@ -3,13 +3,14 @@
 use crate::errors::bind_error;
 use crate::ffi::{os_path, without_gvl};
 use crate::request::Request;
+use crate::selector::Selector;
 use magnus::{prelude::*, Error, RArray, RHash, RString, Ruby, Symbol, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tsubame_engine::fiber_route::check_pattern;
+use tsubame_engine::dispatch::fiber_route::check_pattern;
+use tsubame_engine::dispatch::timeouts::NextTimeout;
 use tsubame_engine::server::StopOutcome;
-use tsubame_engine::timeouts::NextTimeout;
 use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
 
 thread_local! {
@@ -430,4 +431,11 @@ fn wait_interruptibly<T>(ruby: &Ruby, wait: impl Fn(&AtomicBool) -> Option<T>, w
             None => ruby.thread_check_ints()?,
         }
     }
+}
+
+/// `Selector#attach(server)`: wakes the selector whenever the engine
+/// queues requests for fibers. Defined here, beside the server it reads,
+/// so the selector (which streams also use) knows nothing of servers.
+pub fn attach_selector(selector: &Selector, server: &Server) {
+    server.fibers().add_waker(selector.waker());
 }

@@ -11,7 +11,7 @@ use magnus::typed_data::Obj;
 use magnus::{prelude::*, Error, RClass, RString, Ruby, Value};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tsubame_engine::stream_channel::{SendError, StreamSender, TrySendError};
+use tsubame_engine::dispatch::stream_channel::{SendError, StreamSender, TrySendError};
 use tsubame_engine::StreamMsg;
 
 #[magnus::wrap(class = "Tsubame::Native::Stream", free_immediately, size)]

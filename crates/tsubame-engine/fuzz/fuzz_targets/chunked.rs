@@ -5,7 +5,7 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use tsubame_engine::chunked::{ChunkedDecoder, Decoded};
+use tsubame_engine::http1::chunked::{ChunkedDecoder, Decoded};
 
 enum Outcome {
     Done(Vec<u8>, usize),

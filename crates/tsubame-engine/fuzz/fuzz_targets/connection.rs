@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tsubame_engine::fuzzing::{serve_in_memory, Seen};
-use tsubame_engine::parse::Framing;
+use tsubame_engine::message::head::Framing;
 use tsubame_engine::EngineOptions;
 
 struct Response {

@@ -8,8 +8,9 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use tsubame_engine::chunked::{ChunkedDecoder, Decoded};
-use tsubame_engine::parse::{parse_head, Framing, Limits, RequestHead};
+use tsubame_engine::http1::chunked::{ChunkedDecoder, Decoded};
+use tsubame_engine::http1::parse::parse_head;
+use tsubame_engine::message::head::{Framing, Limits, RequestHead};
 use tsubame_engine::HttpError;
 
 const LIMITS: Limits = Limits {

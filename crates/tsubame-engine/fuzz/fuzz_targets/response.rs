@@ -8,9 +8,9 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tsubame_engine::parse::Version;
-use tsubame_engine::reply::StreamFraming;
-use tsubame_engine::response::{status_has_no_body, FinishedHead, ResponseHead};
+use tsubame_engine::message::head::Version;
+use tsubame_engine::message::response::StreamFraming;
+use tsubame_engine::message::response::{status_has_no_body, FinishedHead, ResponseHead};
 
 #[derive(Arbitrary, Debug)]
 enum Shape {

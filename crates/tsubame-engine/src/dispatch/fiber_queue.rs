@@ -9,14 +9,13 @@
 //! `max_fibers` counts queued and running jobs together, since every
 //! running fiber holds its stack and its request in memory.
 
+use crate::dispatch::job::Job;
+use crate::dispatch::queue::{Backlog, Pop, PushError};
 use crate::histogram::Histogram;
-use crate::job::Job;
-use crate::queue::{Backlog, Pop, PushError};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Called (from an I/O thread) when jobs become available.
-pub type Waker = Arc<dyn Fn() + Send + Sync>;
+pub use crate::dispatch::waker::Waker;
 
 type State = Backlog;
 
@@ -147,8 +146,9 @@ impl FiberQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::tests::job;
+    use crate::dispatch::queue::tests::job;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn wakes_once_per_empty_to_non_empty_and_on_close() {

@@ -15,8 +15,8 @@
 //! (hysteresis, so it does not flap at the edge). A stop or a lame-duck
 //! period (`shutdown_delay`) makes it answer draining.
 
-use crate::fiber_queue::FiberQueue;
-use crate::queue::JobQueue;
+use crate::dispatch::fiber_queue::FiberQueue;
+use crate::dispatch::queue::JobQueue;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,7 @@ impl Readiness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::tests::job;
+    use crate::dispatch::queue::tests::job;
 
     fn readiness(threshold: usize, max_wait_ms: u64, hold_ms: u64) -> Readiness {
         Readiness::new(

@@ -8,8 +8,8 @@
 //! finish and read the answer. HTTP/2 drains a refused stream with the
 //! same bounds (`h2.rs`).
 
-use crate::connection::{ClientIo, READ_CHUNK};
-use crate::server::Shared;
+use crate::net::client_io::{ClientIo, READ_CHUNK};
+use crate::shared::Shared;
 use bytes::BytesMut;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;

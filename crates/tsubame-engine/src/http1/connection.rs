@@ -2,30 +2,31 @@
 //! the application's reply, write it, repeat while keep-alive holds.
 //! No Ruby runs here and nothing here waits on the GVL.
 
-use crate::body::{Body, BodySink};
-use crate::chunked::{ChunkedDecoder, Decoded};
-use crate::error::{HttpError, ShedReason};
+use crate::dispatch::job::ConnInfo;
+use crate::dispatch::queue::Pushed;
+use crate::dispatch::reply::Reply;
+use crate::dispatch::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
+use crate::error::HttpError;
 use crate::health;
-use crate::job::{ConnInfo, Job, JobState};
-use crate::linger::linger;
+use crate::http1::chunked::{ChunkedDecoder, Decoded};
+use crate::http1::parse::parse_head;
+use crate::http1::stream_frames;
 use crate::log::{self, AccessEntry};
-use crate::parse::{parse_head, Framing, RequestHead};
-use crate::queue::{PushError, Pushed};
-use crate::reply::{Reply, StreamFraming};
-use crate::response::{error_response, unavailable_response};
-use crate::server::Shared;
+use crate::message::body::{Body, BodySink};
+use crate::message::head::{Framing, RequestHead};
+use crate::message::response::StreamFraming;
+use crate::message::response::{error_response, unavailable_response};
+use crate::net::client_io::{send, send_parts, ClientIo, READ_CHUNK};
+use crate::net::linger::linger;
+use crate::shared::Shared;
 use crate::stats::Stats;
-use crate::stream_frames;
 use bytes::{Bytes, BytesMut};
-use std::io::{IoSlice, Read};
-use std::os::fd::OwnedFd;
+use std::io::Read;
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at};
 
-pub(crate) const READ_CHUNK: usize = 16 * 1024;
 /// How long a stopping server waits for the first request of a connection
 /// it accepted just before the stop (see `read_head`).
 const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -38,80 +39,6 @@ const FILE_CHUNK: usize = 64 * 1024;
 /// each stay well under IOV_MAX (1024), and the channel's byte limit
 /// already bounds the size.
 const STREAM_BATCH: usize = 256;
-
-/// A client socket the engine can serve and, on `rack.hijack`, give away.
-pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    /// Whether a finished write may still sit in a buffer until flushed
-    /// (TLS: rustls takes the plaintext before the socket has taken the
-    /// records). Plain sockets say no, so their flush is compiled out.
-    const BUFFERS_WRITES: bool = false;
-
-    fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
-}
-
-/// Writes all of `bytes` and, where the stream buffers, pushes them out:
-/// after this the connection may wait on something else (the next
-/// request, the app's next chunk) without leaving bytes behind.
-async fn send<T: ClientIo>(io: &mut T, bytes: &[u8]) -> std::io::Result<()> {
-    io.write_all(bytes).await?;
-    if T::BUFFERS_WRITES {
-        io.flush().await?;
-    }
-    Ok(())
-}
-
-/// `send` for several pieces at once, with vectored writes: one syscall
-/// for as many pieces as the socket takes.
-async fn send_parts<T: ClientIo>(io: &mut T, parts: &[Bytes]) -> std::io::Result<()> {
-    let mut slices: Vec<IoSlice<'_>> = parts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| IoSlice::new(p))
-        .collect();
-    let mut rest = &mut slices[..];
-    while !rest.is_empty() {
-        let n = io.write_vectored(rest).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
-        }
-        IoSlice::advance_slices(&mut rest, n);
-    }
-    if T::BUFFERS_WRITES {
-        io.flush().await?;
-    }
-    Ok(())
-}
-
-impl ClientIo for tokio::net::TcpStream {
-    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
-        let std = self.into_std()?;
-        // Ruby's IO expects to manage blocking itself; hand it a plain socket.
-        std.set_nonblocking(false)?;
-        Ok(std.into())
-    }
-}
-
-/// Full hijack hands Ruby the raw descriptor, and on a TLS connection that
-/// would carry ciphertext: refused (the env does not offer `rack.hijack`
-/// there; partial hijack, which the engine writes, still works).
-impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rustls::server::TlsStream<T> {
-    const BUFFERS_WRITES: bool = true;
-
-    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "full hijack is not available on a TLS connection",
-        ))
-    }
-}
-
-impl ClientIo for tokio::net::UnixStream {
-    fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
-        let std = self.into_std()?;
-        std.set_nonblocking(false)?;
-        Ok(std.into())
-    }
-}
 
 enum ReadError {
     Http(HttpError),
@@ -204,7 +131,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         while let Answer::Reply(Reply::Interim { head, next }) = answer {
             // An HTTP/1.0 client would take a 1xx for the response itself
             // (RFC 9110 §15.2), so it never sees one.
-            if version == crate::parse::Version::Http11
+            if version == crate::message::head::Version::Http11
                 && !matches!(
                     timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
                     Ok(Ok(()))
@@ -240,7 +167,11 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         };
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
-        let reply = if shared.is_leaving() { reply.closing() } else { reply };
+        let reply = if shared.is_leaving() {
+            crate::http1::closing::closing(reply)
+        } else {
+            reply
+        };
         let status = reply_status(&reply);
         let (written, body_bytes) = match reply {
             Reply::Hijack { socket } => {
@@ -274,163 +205,6 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     }
 }
 
-/// A request handed to an application pool, and what came of it.
-pub(crate) struct Submitted {
-    pub answer: Answer,
-    pub state: Arc<JobState>,
-    pub seq: u64,
-}
-
-/// Queues a request for the application and waits for its first answer
-/// (a reply, an interim 103, or a shed). `None`: the server is shutting
-/// down and took no more work. Shared by HTTP/1 and HTTP/2, so a request
-/// is the same job whichever protocol carried it.
-pub(crate) async fn submit(
-    shared: &Shared,
-    head: RequestHead,
-    body: Body,
-    conn: &Arc<ConnInfo>,
-    keep_alive: bool,
-    received_at: Instant,
-    target: &[u8],
-) -> Option<Submitted> {
-    let (reply_tx, reply_rx) = oneshot::channel();
-    let state = Arc::new(JobState::new(shared.opts.request_timeout));
-    let seq = shared.next_seq();
-    let job = Job {
-        keep_alive,
-        head,
-        body,
-        conn: conn.clone(),
-        reply: reply_tx,
-        received_at,
-        seq,
-        state: state.clone(),
-        queued_at: received_at,
-    };
-    let answer = match enqueue(shared, job, target) {
-        Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, shared).await,
-        Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
-        Err(Enqueue::Closed) => return None,
-    };
-    Some(Submitted { answer, state, seq })
-}
-
-/// Why a job could not be queued.
-pub(crate) enum Enqueue {
-    Shed(ShedReason),
-    Closed,
-}
-
-/// Queues a job with the pool its path belongs to: the fiber queue when
-/// fiber routes match it, the thread pool's queue otherwise. One place for
-/// both protocols, so HTTP/1 and HTTP/2 requests are routed alike.
-pub(crate) fn enqueue(shared: &Shared, job: Job, target: &[u8]) -> Result<Pushed, Enqueue> {
-    let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(target));
-    let pushed = if to_fibers {
-        // A fiber loop is woken by the push itself; the watcher is armed
-        // only to expire jobs a stuck loop never takes.
-        shared.fibers.push(job).map(|()| {
-            if shared.opts.queue_timeout.is_some() {
-                Pushed::NudgeLater
-            } else {
-                Pushed::Done
-            }
-        })
-    } else {
-        shared.queue.push(job)
-    };
-    pushed.map_err(|e| match e {
-        PushError::Full if to_fibers => Enqueue::Shed(ShedReason::FiberLimit),
-        PushError::Full => Enqueue::Shed(ShedReason::QueueFull),
-        PushError::Closed => Enqueue::Closed,
-    })
-}
-
-pub(crate) enum Answer {
-    Reply(Reply),
-    /// The engine answers 503 itself.
-    Shed(ShedReason),
-    /// The application side dropped the request without a reply.
-    Dropped,
-}
-
-/// Waits for the application's reply, or for the request's deadline. The
-/// deadline is read again each time it passes, since the app may move it.
-pub(crate) async fn await_reply(
-    mut reply_rx: oneshot::Receiver<Reply>,
-    pushed: Pushed,
-    state: &JobState,
-    seq: u64,
-    received_at: Instant,
-    shared: &Shared,
-) -> Answer {
-    if pushed == Pushed::NudgeLater {
-        shared.nudger.notify_one();
-    }
-    let settle = |reply: Result<Reply, oneshot::error::RecvError>| match reply {
-        Ok(Reply::Shed(reason)) => Answer::Shed(reason),
-        Ok(reply) => Answer::Reply(reply),
-        Err(_) => Answer::Dropped,
-    };
-    loop {
-        let Some(deadline) = state.deadline() else {
-            return settle((&mut reply_rx).await);
-        };
-        let at = tokio::time::Instant::from_std(received_at + deadline);
-        tokio::select! {
-            biased;
-            reply = &mut reply_rx => return settle(reply),
-            _ = tokio::time::sleep_until(at) => {}
-        }
-        if state
-            .deadline()
-            .is_none_or(|moved| received_at + moved > Instant::now())
-        {
-            continue;
-        }
-        if let Ok(reply) = reply_rx.try_recv() {
-            return settle(Ok(reply));
-        }
-        if state.abandon() {
-            return Answer::Shed(ShedReason::RequestTimeout);
-        }
-        if state.time_out() {
-            shared.timed_out.push(seq);
-            return Answer::Shed(ShedReason::RequestTimeout);
-        }
-    }
-}
-
-pub(crate) fn accepts_json(head: &RequestHead) -> bool {
-    head.headers.iter().any(|(name, value)| {
-        name.eq_ignore_ascii_case(b"accept") && memchr::memmem::find(value, b"application/json").is_some()
-    })
-}
-
-/// Every request the engine turns away is counted and logged: nothing
-/// disappears silently.
-pub(crate) fn shed(shared: &Shared, reason: ShedReason, request: (&[u8], &[u8], &str), seq: u64, received_at: Instant) {
-    let (method, target, peer) = request;
-    shared.stats.shed(reason);
-    log::warn(&format!(
-        "503 {} #{seq} {} {} from {peer} after {:.3}s",
-        reason.as_str(),
-        String::from_utf8_lossy(method),
-        String::from_utf8_lossy(target),
-        received_at.elapsed().as_secs_f64()
-    ));
-}
-
-pub(crate) fn reply_status(reply: &Reply) -> u16 {
-    match reply {
-        Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
-        Reply::Hijack { .. } => 101,
-        Reply::Shed(_) => 503,
-        Reply::Interim { .. } => 103,
-    }
-}
-
 /// Answers a request the engine will not pass on, then closes: after a
 /// framing error nothing later on the connection can be trusted. The close
 /// lingers (see `linger`) so a client still sending gets to read the answer.
@@ -454,7 +228,7 @@ async fn refuse<T: ClientIo>(io: &mut T, buf: &mut BytesMut, shared: &Shared, co
             false,
             shared.opts.retry_after,
             false,
-            crate::parse::Version::Http11,
+            crate::message::head::Version::Http11,
         ),
         other => error_response(other.status(), other.detail()),
     };
@@ -653,7 +427,7 @@ async fn write_file<T: ClientIo>(
 async fn write_stream<T: ClientIo>(
     io: &mut T,
     head: Bytes,
-    mut chunks: crate::stream_channel::StreamReceiver,
+    mut chunks: crate::dispatch::stream_channel::StreamReceiver,
     framing: StreamFraming,
     close: bool,
     shared: &Shared,

@@ -2,11 +2,20 @@
 //! deciding how the body is framed. Runs on the application thread, so the
 //! connection task only copies finished bytes to the socket.
 
-use crate::date::append_date_header;
 use crate::error::ShedReason;
-use crate::parse::Version;
-use crate::reply::StreamFraming;
+use crate::message::date::append_date_header;
+use crate::message::head::Version;
 use std::fmt;
+
+/// How a streamed body goes on the wire after its head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamFraming {
+    /// The engine chunk-encodes.
+    Chunked,
+    /// Bytes go out as given: the application declared a length, framed the
+    /// body itself, or the connection closes at the end.
+    Raw { declared_len: Option<u64> },
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ResponseError {

@@ -14,8 +14,8 @@
 //! job was taken since its last look: the running threads are stuck (in
 //! I/O, say) and an idle thread is worth its wake-up.
 
+use crate::dispatch::job::Job;
 use crate::histogram::Histogram;
-use crate::job::Job;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -406,9 +406,10 @@ impl JobQueue {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::body::Body;
-    use crate::job::{ConnInfo, ListenerInfo};
-    use crate::parse::{parse_head, Limits};
+    use crate::dispatch::job::{ConnInfo, ListenerInfo};
+    use crate::http1::parse::parse_head;
+    use crate::message::body::Body;
+    use crate::message::head::Limits;
     use std::sync::Arc;
 
     pub(crate) fn job() -> Job {
@@ -436,7 +437,7 @@ pub(crate) mod tests {
             received_at: std::time::Instant::now(),
             keep_alive: true,
             seq: 0,
-            state: Arc::new(crate::job::JobState::new(None)),
+            state: Arc::new(crate::dispatch::job::JobState::new(None)),
             queued_at: std::time::Instant::now(),
         }
     }

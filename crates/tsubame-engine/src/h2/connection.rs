@@ -12,22 +12,25 @@
 //! in rustls and reach the socket once per pass of the connection task
 //! (`h2_io.rs`), not once per frame.
 
-use crate::body::{Body, BodySink};
-use crate::connection::{accepts_json, await_reply, reply_status, shed, submit, Answer, ClientIo, Submitted};
+use crate::dispatch::job::ConnInfo;
+use crate::dispatch::queue::Pushed;
+use crate::dispatch::reply::Reply;
+use crate::dispatch::stream_channel::StreamMsg;
+use crate::dispatch::stream_channel::StreamReceiver;
+use crate::dispatch::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use crate::error::HttpError;
-use crate::h2_io::{HeldWrites, Passes};
+use crate::h2::io::{HeldWrites, Passes};
 use crate::health;
-use crate::job::ConnInfo;
-use crate::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::log::{self, AccessEntry};
-use crate::parse::{is_known_method, Framing, RequestHead, Version};
-use crate::queue::Pushed;
-use crate::reply::{Reply, StreamFraming, StreamMsg};
-use crate::response::{error_response, unavailable_response};
-use crate::rewind::Rewind;
-use crate::server::Shared;
+use crate::message::body::{Body, BodySink};
+use crate::message::head::{is_known_method, Framing, RequestHead, Version};
+use crate::message::response::StreamFraming;
+use crate::message::response::{error_response, unavailable_response};
+use crate::net::client_io::ClientIo;
+use crate::net::linger::{LINGER_BYTES, LINGER_TIME};
+use crate::net::rewind::Rewind;
+use crate::shared::Shared;
 use crate::stats::Stats;
-use crate::stream_channel::StreamReceiver;
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
@@ -621,7 +624,7 @@ async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &S
 }
 
 fn status_has_no_body(response: &Response<()>) -> bool {
-    crate::response::status_has_no_body(response.status().as_u16())
+    crate::message::response::status_has_no_body(response.status().as_u16())
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! buffer. Writing a batch at once is what keeps a body produced in many
 //! small pieces from costing a syscall and a TCP segment per piece.
 
-use crate::reply::{StreamFraming, StreamMsg};
+use crate::dispatch::stream_channel::StreamMsg;
+use crate::message::response::StreamFraming;
 use bytes::{BufMut, Bytes, BytesMut};
 use std::fmt::Write;
 

@@ -14,7 +14,7 @@
 //! belongs to the process that bound it.
 
 use crate::error::BindError;
-use crate::tls::{TlsListener, TlsSettings, VerifyMode};
+use crate::net::tls::{TlsListener, TlsSettings, VerifyMode};
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::RawFd;
@@ -451,7 +451,7 @@ mod tests {
     #[test]
     fn a_tls_bind_reports_an_ssl_address_and_names_a_bad_file() {
         let dir = tempfile::tempdir().unwrap();
-        let (cert, key) = crate::tls::self_signed().unwrap();
+        let (cert, key) = crate::net::tls::self_signed().unwrap();
         let (cert_path, key_path) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
         std::fs::write(&cert_path, cert).unwrap();
         std::fs::write(&key_path, key).unwrap();

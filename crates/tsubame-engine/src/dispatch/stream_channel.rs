@@ -4,13 +4,22 @@
 //! down instead of letting it pile up in memory, and a waiting sender can be
 //! interrupted, which tokio's blocking send cannot.
 
-use crate::reply::StreamMsg;
+use crate::dispatch::waker::Waker;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use tokio::sync::Notify;
 
-use crate::fiber_queue::Waker;
+/// One message of a streamed body.
+#[derive(Debug)]
+pub enum StreamMsg {
+    Data(Bytes),
+    /// The body finished normally. A sender dropped without sending this
+    /// means the body failed, and the connection is cut short so the client
+    /// cannot mistake a partial body for a whole one.
+    End,
+}
 
 struct State {
     queue: VecDeque<StreamMsg>,

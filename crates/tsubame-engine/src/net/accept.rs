@@ -14,7 +14,7 @@
 //! happen when a connection is waiting, not when the previous accept
 //! returned), hence `AsyncFd` instead of tokio's listener types.
 
-use crate::queue::JobQueue;
+use crate::dispatch::queue::JobQueue;
 use crate::sys::{accept_nonblocking, OwnedListener};
 use std::io;
 use std::net::SocketAddr;

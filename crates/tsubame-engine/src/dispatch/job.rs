@@ -1,6 +1,6 @@
-use crate::body::Body;
-use crate::parse::RequestHead;
-use crate::reply::Reply;
+use crate::dispatch::reply::Reply;
+use crate::message::body::Body;
+use crate::message::head::RequestHead;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;

@@ -1,0 +1,10 @@
+//! Sockets: binding listeners, accepting (and handing accepts between
+//! cluster workers), TLS, and the client stream trait protocols write to.
+
+pub(crate) mod accept;
+pub(crate) mod accept_log;
+pub mod bind;
+pub mod client_io;
+pub(crate) mod linger;
+pub(crate) mod rewind;
+pub mod tls;
