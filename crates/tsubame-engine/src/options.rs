@@ -54,7 +54,7 @@ pub struct EngineOptions {
     pub health_check_path: Option<String>,
     pub readiness_check_path: Option<String>,
     /// Readiness fails once more than this many requests have waited for
-    /// a thread at least `readiness_queue_wait` (see `readiness.rs`);
+    /// a thread at least `readiness_queue_wait` (see `dispatch/readiness.rs`);
     /// `None` means 0.
     pub readiness_queue_threshold: Option<usize>,
     pub readiness_queue_wait: Duration,

@@ -377,7 +377,7 @@ const WATCH_INTERVAL: Duration = Duration::from_micros(500);
 
 /// Runs while requests wait in the queue: answers 503 to those past
 /// `queue_timeout`, and wakes an idle application thread when queued jobs
-/// make no progress (see `queue.rs`). Sleeps on `nudger` otherwise, so an
+/// make no progress (see `dispatch/queue.rs`). Sleeps on `nudger` otherwise, so an
 /// idle server has no timer ticking.
 async fn watch_queue(shared: Arc<Shared>) {
     loop {

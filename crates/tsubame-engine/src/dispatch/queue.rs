@@ -391,7 +391,7 @@ impl JobQueue {
     /// before it sleeps. A woken thread counts as busy even before it runs:
     /// on a loaded machine it may take a while to get a core, and a busy
     /// worker that counted it idle would take connections an idle worker
-    /// should have (see `accept.rs`).
+    /// should have (see `net/accept.rs`).
     pub fn waiting(&self) -> usize {
         let state = self.lock();
         state.waiting.saturating_sub(state.woken) + usize::from(state.spinning)

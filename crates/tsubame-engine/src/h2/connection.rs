@@ -10,7 +10,7 @@
 //! RFC 9113 §8.2.2 requires. A streamed body goes out a batch of chunks at
 //! a time (`send_stream`), and over TLS the frames of every stream collect
 //! in rustls and reach the socket once per pass of the connection task
-//! (`h2_io.rs`), not once per frame.
+//! (`h2/io.rs`), not once per frame.
 
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
@@ -310,7 +310,7 @@ async fn read_body(recv: &mut RecvStream, head: &RequestHead, shared: &Shared) -
 
 /// After an early answer (413, 408) the client may still be sending its
 /// body. Reading more, within the bounds an HTTP/1 connection lingers for
-/// (`linger.rs`), lets it finish the upload and read the answer; otherwise
+/// (`net/linger.rs`), lets it finish the upload and read the answer; otherwise
 /// the stream is reset under it (RST_STREAM NO_ERROR), which some clients
 /// (curl 7.88) report as an error instead of showing the response.
 async fn drain(recv: &mut RecvStream) {
@@ -347,7 +347,7 @@ async fn refuse(respond: &mut SendResponse<Bytes>, shared: &Shared, error: HttpE
 /// response, and where the body starts. Connection-specific headers
 /// (RFC 9113 §8.2.2) are dropped.
 ///
-/// The head is one `response.rs` (or `error_response`) wrote: `HTTP/1.x
+/// The head is one `message/response.rs` (or `error_response`) wrote: `HTTP/1.x
 /// NNN reason`, `name: value` lines, an empty line. It is read line by line
 /// up to that empty line only (a Full reply's body follows in the same
 /// buffer), and the values are slices of `bytes`, not copies. A line that

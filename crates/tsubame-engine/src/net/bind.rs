@@ -36,7 +36,7 @@ pub struct BindSpec {
     pub uri: String,
     pub target: BindTarget,
     pub backlog: Option<u32>,
-    /// See `accept.rs`: set on the binds of cluster workers.
+    /// See `net/accept.rs`: set on the binds of cluster workers.
     pub busy_accept_delay: Option<Duration>,
     pub tls: Option<TlsSettings>,
     /// Cleartext HTTP/2 with prior knowledge (`h2c=true`).

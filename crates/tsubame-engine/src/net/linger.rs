@@ -6,7 +6,7 @@
 //! them) fails on the write and never sees the answer. Reading and
 //! dropping what still arrives, for a bounded time and amount, lets it
 //! finish and read the answer. HTTP/2 drains a refused stream with the
-//! same bounds (`h2.rs`).
+//! same bounds (`h2/connection.rs`).
 
 use crate::net::client_io::{ClientIo, READ_CHUNK};
 use crate::shared::Shared;
