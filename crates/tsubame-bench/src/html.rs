@@ -5,7 +5,8 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{fmt_bytes, fmt_micros, json, Summary};
+use crate::format::{fmt_bytes, fmt_micros};
+use crate::report::{json, Summary};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 320.0;

@@ -4,6 +4,7 @@
 mod args;
 mod client;
 mod error;
+mod format;
 mod html;
 mod report;
 mod request;

@@ -387,7 +387,7 @@ impl Progress {
         if let Some(p99) = timeline.take_recent_p99() {
             self.last_p99 = Some(p99);
         }
-        let p99 = self.last_p99.map_or("-".to_string(), crate::report::fmt_micros);
+        let p99 = self.last_p99.map_or("-".to_string(), crate::format::fmt_micros);
         let line = format!(
             "\r\x1b[2K{:>6.1}s  {} requests  {:.0} req/s  {} errors  p99 {}",
             now.duration_since(self.start).as_secs_f64(),
