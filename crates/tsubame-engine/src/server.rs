@@ -359,11 +359,20 @@ fn spin_before_park(shared: &Shared) {
     {
         return;
     }
+    // The spin ends as soon as tokio has a task to run: a reply wakes its
+    // connection task from the app thread, which puts it in the runtime's
+    // global queue. Spinning on past it (the app stays busy with the next
+    // request at higher concurrency) held every reply that came in during
+    // the spin back for the whole of it.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let metrics = runtime.metrics();
     let started = std::time::Instant::now();
     let mut n = 0u32;
     // Yielding, like the app thread's spin (`JobQueue::pop_wait`): a
     // runnable app thread on this core gets it at once.
-    while shared.queue.app_busy() {
+    while shared.queue.app_busy() && metrics.global_queue_depth() == 0 {
         std::thread::yield_now();
         n += 1;
         if n.is_multiple_of(4) && started.elapsed() >= limit {
