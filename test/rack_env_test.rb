@@ -204,6 +204,28 @@ class RackEnvTest < Minitest::Test
     end
   end
 
+  # The binding gathers an env's entries and inserts them in batches
+  # (ffi.rs `EnvPairs`); a request with more headers than one batch holds
+  # must still have every one, once, in the order sent, after the
+  # server's own keys.
+  def test_env_with_many_headers_keeps_every_one_in_order
+    with_server(ENV_APP) do |s|
+      names = (1..45).map { |i| format("X-Many-%02d", i) }
+      fields = names.map { |n| "#{n}: v-#{n}\r\n" }.join
+      env = env_for(s, "GET /many HTTP/1.1\r\nHost: example.com\r\n#{fields}X-Many-07: again\r\nConnection: close\r\n\r\n")
+      keys = names.map { |n| "HTTP_#{n.upcase.tr("-", "_")}" }
+      assert_equal keys, env.keys.grep(/\AHTTP_X_MANY_/)
+      names.each_with_index do |n, i|
+        expected = n == "X-Many-07" ? "v-#{n}, again" : "v-#{n}"
+        assert_equal expected, env[keys[i]]
+      end
+      assert_operator env.keys.index("GATEWAY_INTERFACE"), :<, env.keys.index("REQUEST_METHOD")
+      assert_equal "/many", env["PATH_INFO"]
+      assert_equal "http", env["rack.url_scheme"]
+      assert_equal env.keys.uniq, env.keys
+    end
+  end
+
   def test_env_server_name_and_port_variants
     with_server(ENV_APP) do |s|
       env = env_for(s, "GET / HTTP/1.1\r\nHost: [::1]:9000\r\nConnection: close\r\n\r\n")

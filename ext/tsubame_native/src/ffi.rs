@@ -103,16 +103,67 @@ pub fn hash_dup(ruby: &magnus::Ruby, hash: RHash) -> Result<RHash, Error> {
     RHash::from_value(copy).ok_or_else(|| Error::new(ruby.exception_type_error(), "base env is not a Hash"))
 }
 
-/// `env[key] = value` without `rb_protect`: on the env hot path the ~20
-/// protected calls a request would cost add up.
-pub fn hash_set(hash: RHash, key: RString, value: Value) {
-    use magnus::rb_sys::AsRawValue;
-    // SAFETY: rb_hash_aset raises only for a frozen hash or a key whose
-    // #hash raises. Callers pass an env they just created (never frozen)
-    // and frozen String keys (hashed in C, no method call), so no Ruby
-    // exception can longjmp through this frame. GVL held: Ruby method.
-    unsafe {
-        rb_sys::rb_hash_aset(hash.as_raw(), key.as_raw(), value.as_raw());
+/// How many `key => value` pairs `EnvPairs` gathers before it inserts them.
+const ENV_PAIRS: usize = 32;
+
+/// The per-request entries of a new env, gathered on the stack and put in
+/// the hash with one `rb_hash_bulk_insert` (the C behind `{k => v, ...}`
+/// literals): the table grows once to its final size instead of once per
+/// doubling, and each entry is appended without `rb_hash_aset`'s update
+/// callback. A key given twice keeps the place of its first insertion and
+/// the value of its last, as with `[]=`.
+pub struct EnvPairs {
+    /// Raw VALUEs: on this thread's stack (the struct is a local of the
+    /// env builder, never boxed), where Ruby's conservative GC sees them,
+    /// so the strings made for later entries cannot collect earlier ones.
+    raw: [rb_sys::VALUE; 2 * ENV_PAIRS],
+    len: usize,
+}
+
+impl EnvPairs {
+    pub fn new() -> Self {
+        EnvPairs {
+            raw: [rb_sys::Qnil as rb_sys::VALUE; 2 * ENV_PAIRS],
+            len: 0,
+        }
+    }
+
+    /// Adds `key => value`, inserting what was gathered into `hash` first
+    /// if the buffer is full. `key` must be a frozen String (all env keys
+    /// are), so the hash keeps it as it is.
+    pub fn push(&mut self, hash: RHash, key: RString, value: Value) {
+        use magnus::rb_sys::AsRawValue;
+        if self.len == self.raw.len() {
+            self.insert_into(hash);
+        }
+        self.raw[self.len] = key.as_raw();
+        self.raw[self.len + 1] = value.as_raw();
+        self.len += 2;
+    }
+
+    /// Inserts the gathered pairs into `hash` and empties the buffer.
+    pub fn insert_into(&mut self, hash: RHash) {
+        use magnus::rb_sys::AsRawValue;
+        if self.len == 0 {
+            return;
+        }
+        // SAFETY: `raw[..len]` holds `len / 2` key/value pairs of live
+        // VALUEs (they are on the stack, see `raw`). rb_hash_bulk_insert
+        // raises only for a frozen hash or a key whose #hash raises: the env
+        // was just made by `hash_dup` and is not frozen, and its keys are
+        // frozen Strings, hashed in C with no method call, so no exception
+        // can longjmp through this frame. It sets the write barriers for the
+        // entries itself. GVL held: called from a Ruby method.
+        unsafe {
+            rb_sys::rb_hash_bulk_insert(self.len as std::os::raw::c_long, self.raw.as_ptr(), hash.as_raw());
+        }
+        self.len = 0;
+    }
+}
+
+impl Default for EnvPairs {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

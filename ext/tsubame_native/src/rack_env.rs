@@ -2,7 +2,7 @@
 //! frozen, interned Ruby strings made once, so a request allocates only the
 //! strings that are really its own.
 
-use crate::ffi::{hash_dup, hash_set};
+use crate::ffi::{hash_dup, EnvPairs};
 use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
 use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
@@ -235,7 +235,8 @@ pub fn build(
 ) -> Result<RHash, Error> {
     let k = keys(ruby)?;
     let env = hash_dup(ruby, base)?;
-    let set = |key: Opaque<RString>, value: Value| hash_set(env, ruby.get_inner(key), value);
+    let mut pairs = EnvPairs::new();
+    let mut set = |key: Opaque<RString>, value: Value| pairs.push(env, ruby.get_inner(key), value);
     let bytes = |b: &[u8]| ruby.str_from_slice(b).as_value();
 
     let method = k
@@ -298,7 +299,8 @@ pub fn build(
         }
     }
 
-    set_headers(ruby, env, head)?;
+    set_headers(ruby, env, &mut pairs, head)?;
+    let mut set = |key: Opaque<RString>, value: Value| pairs.push(env, ruby.get_inner(key), value);
     if head.framing == Framing::Chunked {
         // The body was de-chunked; the app sees its real length instead.
         // The body has already moved into `input`, so its length is there.
@@ -319,6 +321,7 @@ pub fn build(
     let finished = ruby.ary_new();
     set(k.rack_response_finished, finished.as_value());
     set(k.rack_after_reply, finished.as_value());
+    pairs.insert_into(env);
     Ok(env)
 }
 
@@ -335,7 +338,7 @@ fn forwarded_proto(head: &RequestHead) -> Option<&[u8]> {
 /// Repeated headers are joined (`cookie` with "; ", others with ", ").
 /// A name with `_` is dropped when a `-` spelling of it is present, so a
 /// client cannot override `X-Forwarded-For` by sending `X_Forwarded_For`.
-fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error> {
+fn set_headers(ruby: &Ruby, env: RHash, pairs: &mut EnvPairs, head: &RequestHead) -> Result<(), Error> {
     let k = keys(ruby)?;
     let headers = &head.headers;
     let chunked = head.framing == Framing::Chunked;
@@ -367,7 +370,7 @@ fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error>
             // The length the body was framed by, not the field as sent:
             // "5" for "005" or for two identical Content-Length fields.
             if let Framing::Length(len) = head.framing {
-                hash_set(env, ruby.get_inner(k.content_length), decimal(ruby, len).as_value());
+                pairs.push(env, ruby.get_inner(k.content_length), decimal(ruby, len).as_value());
             }
             continue;
         } else if chunked && name.eq_ignore_ascii_case(b"transfer-encoding") {
@@ -395,7 +398,7 @@ fn set_headers(ruby: &Ruby, env: RHash, head: &RequestHead) -> Result<(), Error>
             }
             ruby.str_from_slice(&joined)
         };
-        hash_set(env, key, value.as_value());
+        pairs.push(env, key, value.as_value());
     }
     Ok(())
 }
