@@ -283,12 +283,17 @@ impl Server {
     /// queued request has been handed out. Waits with the GVL released.
     pub fn next_request(ruby: &Ruby, rb_self: &Self) -> Result<Option<Request>, Error> {
         let queue = rb_self.engine.queue();
-        if let Some(taken) = HOLDING_JOB.with(|h| h.replace(None)) {
-            queue.record_service(taken.elapsed());
-            queue.finished();
-        }
+        // The first look at the queue also counts the job this thread just
+        // finished, if it had one: one lock for both.
+        let mut first = match HOLDING_JOB.with(|h| h.replace(None)) {
+            Some(taken) => {
+                queue.record_service(taken.elapsed());
+                Some(queue.finished_and_try_pop())
+            }
+            None => None,
+        };
         loop {
-            let pop = match queue.try_pop() {
+            let pop = match first.take().unwrap_or_else(|| queue.try_pop()) {
                 Pop::Empty => {
                     let interrupted = AtomicBool::new(false);
                     let (popped, raised) = without_gvl(

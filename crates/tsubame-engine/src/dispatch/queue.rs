@@ -295,7 +295,19 @@ impl JobQueue {
 
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
-        match self.pop_live(&mut state) {
+        self.try_pop_locked(&mut state)
+    }
+
+    /// `finished` and then `try_pop`, under one lock: what a thread that
+    /// ends a request and looks for the next one does every time.
+    pub fn finished_and_try_pop(&self) -> Pop {
+        let mut state = self.lock();
+        state.backlog.running = state.backlog.running.saturating_sub(1);
+        self.try_pop_locked(&mut state)
+    }
+
+    fn try_pop_locked(&self, state: &mut State) -> Pop {
+        match self.pop_live(state) {
             Some(job) => Pop::Job(Box::new(job)),
             None if state.backlog.closed => Pop::Closed,
             None => Pop::Empty,
@@ -463,6 +475,23 @@ pub(crate) mod tests {
         );
         q.lock().woken = 0; // the nudged waiter woke up and went back to wait
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
+    }
+
+    #[test]
+    fn finishing_and_taking_the_next_job_keeps_the_counts() {
+        let q = JobQueue::new();
+        q.push(job()).unwrap();
+        q.push(job()).unwrap();
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        assert_eq!(q.outstanding(), 2, "one running, one queued");
+        assert!(matches!(q.finished_and_try_pop(), Pop::Job(_)));
+        assert_eq!(q.outstanding(), 1, "the first finished, the second running");
+        assert!(matches!(q.finished_and_try_pop(), Pop::Empty));
+        assert_eq!(q.outstanding(), 0);
+        assert!(!q.app_busy());
+        q.close();
+        assert!(matches!(q.finished_and_try_pop(), Pop::Closed));
+        assert_eq!(q.outstanding(), 0, "never below zero");
     }
 
     #[test]
