@@ -103,10 +103,8 @@ pub enum Pushed {
 #[derive(Default)]
 pub struct JobQueue {
     state: Mutex<State>,
-    /// Jobs queued or running, readable without the lock: the I/O thread
-    /// looks at it before it parks (see `server.rs` `spin_before_park`).
-    outstanding: AtomicUsize,
-    /// Jobs queued, likewise: what a spinning thread watches.
+    /// Jobs queued, readable without the lock: what a spinning thread
+    /// watches.
     queued: AtomicUsize,
     /// How long the app takes over a request, a moving average in
     /// nanoseconds: an I/O thread waits awake for a reply only when it is
@@ -168,21 +166,12 @@ impl JobQueue {
 
     fn pop_live(&self, state: &mut State) -> Option<Job> {
         let job = state.backlog.take_live(&self.wait_times);
-        self.count_outstanding(state);
+        self.count_queued(state);
         job
     }
 
-    fn count_outstanding(&self, state: &State) {
-        let queued = state.backlog.jobs.len();
-        self.queued.store(queued, Ordering::Relaxed);
-        self.outstanding
-            .store(queued + state.backlog.running, Ordering::Relaxed);
-    }
-
-    /// Whether requests are queued for or running in the app: a reply may
-    /// be moments away.
-    pub fn app_busy(&self) -> bool {
-        self.outstanding() > 0
+    fn count_queued(&self, state: &State) {
+        self.queued.store(state.backlog.jobs.len(), Ordering::Relaxed);
     }
 
     /// An application thread ran a job for `elapsed` (from taking it to
@@ -199,17 +188,12 @@ impl JobQueue {
         std::time::Duration::from_nanos(self.service_ns.load(Ordering::Relaxed))
     }
 
-    /// Jobs queued or running.
-    pub fn outstanding(&self) -> usize {
-        self.outstanding.load(Ordering::Relaxed)
-    }
-
     /// Removes the jobs that have waited longer than `timeout`, so the
     /// engine can answer them 503.
     pub fn expire(&self, timeout: std::time::Duration) -> Vec<Job> {
         let mut state = self.lock();
         let expired = state.backlog.expire(timeout);
-        self.count_outstanding(&state);
+        self.count_queued(&state);
         expired
     }
 
@@ -230,7 +214,7 @@ impl JobQueue {
         }
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
-        self.count_outstanding(&state);
+        self.count_queued(&state);
         if state.spinning {
             return Ok(Pushed::Done);
         }
@@ -273,7 +257,7 @@ impl JobQueue {
     pub fn finished(&self) {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
-        self.count_outstanding(&state);
+        self.count_queued(&state);
     }
 
     /// Returns a job taken by a thread that could not run it, ahead of
@@ -282,7 +266,7 @@ impl JobQueue {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
         state.backlog.jobs.push_front(job);
-        self.count_outstanding(&state);
+        self.count_queued(&state);
         let wake = state.waiting > state.woken;
         if wake {
             state.woken += 1;
@@ -384,7 +368,7 @@ impl JobQueue {
     pub fn close_and_take(&self) -> Vec<Job> {
         let mut state = self.lock();
         let jobs = state.backlog.close_and_drain();
-        self.count_outstanding(&state);
+        self.count_queued(&state);
         drop(state);
         self.ready.notify_all();
         jobs
@@ -482,16 +466,19 @@ pub(crate) mod tests {
         let q = JobQueue::new();
         q.push(job()).unwrap();
         q.push(job()).unwrap();
+        let counts = |q: &JobQueue| {
+            let state = q.lock();
+            (state.backlog.jobs.len(), state.backlog.running)
+        };
         assert!(matches!(q.try_pop(), Pop::Job(_)));
-        assert_eq!(q.outstanding(), 2, "one running, one queued");
+        assert_eq!(counts(&q), (1, 1), "one queued, one running");
         assert!(matches!(q.finished_and_try_pop(), Pop::Job(_)));
-        assert_eq!(q.outstanding(), 1, "the first finished, the second running");
+        assert_eq!(counts(&q), (0, 1), "the first finished, the second running");
         assert!(matches!(q.finished_and_try_pop(), Pop::Empty));
-        assert_eq!(q.outstanding(), 0);
-        assert!(!q.app_busy());
+        assert_eq!(counts(&q), (0, 0));
         q.close();
         assert!(matches!(q.finished_and_try_pop(), Pop::Closed));
-        assert_eq!(q.outstanding(), 0, "never below zero");
+        assert_eq!(counts(&q), (0, 0), "never below zero");
     }
 
     #[test]
