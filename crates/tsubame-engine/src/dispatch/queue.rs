@@ -215,7 +215,12 @@ impl JobQueue {
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
         self.count_queued(&state);
-        if state.spinning {
+        if state.spinning && state.backlog.jobs.len() == 1 {
+            // The spinner takes this one. It takes only one: a burst pushed
+            // before it gets the lock back (which on a busy machine can be
+            // milliseconds, it yields its core) needs threads of its own
+            // or the watcher, or the rest of the burst would wait unwatched,
+            // neither woken for nor expired by `queue_timeout`.
             return Ok(Pushed::Done);
         }
         if state.waiting <= state.woken || state.backlog.running > 0 {
@@ -459,6 +464,17 @@ pub(crate) mod tests {
         );
         q.lock().woken = 0; // the nudged waiter woke up and went back to wait
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
+    }
+
+    #[test]
+    fn a_spinner_is_counted_on_for_one_job_only() {
+        let q = JobQueue::new();
+        q.lock().spinning = true;
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "the spinner takes it");
+        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "no one else: watched");
+        q.lock().waiting = 1;
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeper is woken for the third");
+        assert_eq!(q.lock().woken, 1);
     }
 
     #[test]
