@@ -354,31 +354,16 @@ fn spin_before_park(shared: &Shared) {
     // And only when the app usually answers within the spin: a Rails
     // action of half a millisecond would leave the thread spinning for
     // nothing.
-    // A connection counts as waiting for the app from its push until its
-    // answer arrives (`Shared::awaiting_app`), not until the app thread
-    // takes its next job: a reply already written leaves the connection
-    // waiting for its client, and spinning through the app thread's
-    // after-reply work (closing the body, callbacks) cost a second spin
-    // per request at one connection.
     let connections = shared.stats.connections_active.load(Ordering::Relaxed);
-    let awaiting = shared.awaiting_app.load(Ordering::Relaxed) as u64;
-    if connections == 0 || awaiting < connections || shared.queue.typical_service() >= limit {
+    if connections == 0 || (shared.queue.outstanding() as u64) < connections || shared.queue.typical_service() >= limit
+    {
         return;
     }
-    // The spin ends as soon as tokio has a task to run: a reply wakes its
-    // connection task from the app thread, which puts it in the runtime's
-    // global queue. Spinning on while the app stayed busy (as it does with
-    // the next request at higher concurrency) held back every reply that
-    // came in during the spin for the whole of it.
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    let metrics = runtime.metrics();
     let started = std::time::Instant::now();
     let mut n = 0u32;
     // Yielding, like the app thread's spin (`JobQueue::pop_wait`): a
     // runnable app thread on this core gets it at once.
-    while metrics.global_queue_depth() == 0 && shared.awaiting_app.load(Ordering::Relaxed) > 0 {
+    while shared.queue.app_busy() {
         std::thread::yield_now();
         n += 1;
         if n.is_multiple_of(4) && started.elapsed() >= limit {

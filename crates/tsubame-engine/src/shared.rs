@@ -9,7 +9,7 @@ use crate::message::body::SpoolGate;
 use crate::message::head::Limits;
 use crate::options::EngineOptions;
 use crate::stats::Stats;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -37,11 +37,6 @@ pub(crate) struct Shared {
     pub(crate) readiness: Readiness,
     pub(crate) seq: AtomicU64,
     pub(crate) max_connections: u64,
-    /// Connection tasks waiting for the thread pool's answer
-    /// (`dispatch/submit.rs` `AwaitingApp`): a job whose reply has been
-    /// sent but whose thread has not yet asked for the next one no longer
-    /// counts.
-    pub awaiting_app: AtomicUsize,
 }
 
 impl Shared {
@@ -73,7 +68,6 @@ impl Shared {
             stop_notify: Notify::new(),
             conn_closed: Notify::new(),
             nudger: Notify::new(),
-            awaiting_app: AtomicUsize::new(0),
         }
     }
 

@@ -103,8 +103,10 @@ pub enum Pushed {
 #[derive(Default)]
 pub struct JobQueue {
     state: Mutex<State>,
-    /// Jobs queued, readable without the lock: what a spinning thread
-    /// watches.
+    /// Jobs queued or running, readable without the lock: the I/O thread
+    /// looks at it before it parks (see `server.rs` `spin_before_park`).
+    outstanding: AtomicUsize,
+    /// Jobs queued, likewise: what a spinning thread watches.
     queued: AtomicUsize,
     /// How long the app takes over a request, a moving average in
     /// nanoseconds: an I/O thread waits awake for a reply only when it is
@@ -166,12 +168,21 @@ impl JobQueue {
 
     fn pop_live(&self, state: &mut State) -> Option<Job> {
         let job = state.backlog.take_live(&self.wait_times);
-        self.count_queued(state);
+        self.count_outstanding(state);
         job
     }
 
-    fn count_queued(&self, state: &State) {
-        self.queued.store(state.backlog.jobs.len(), Ordering::Relaxed);
+    fn count_outstanding(&self, state: &State) {
+        let queued = state.backlog.jobs.len();
+        self.queued.store(queued, Ordering::Relaxed);
+        self.outstanding
+            .store(queued + state.backlog.running, Ordering::Relaxed);
+    }
+
+    /// Whether requests are queued for or running in the app: a reply may
+    /// be moments away.
+    pub fn app_busy(&self) -> bool {
+        self.outstanding() > 0
     }
 
     /// An application thread ran a job for `elapsed` (from taking it to
@@ -188,12 +199,17 @@ impl JobQueue {
         std::time::Duration::from_nanos(self.service_ns.load(Ordering::Relaxed))
     }
 
+    /// Jobs queued or running.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::Relaxed)
+    }
+
     /// Removes the jobs that have waited longer than `timeout`, so the
     /// engine can answer them 503.
     pub fn expire(&self, timeout: std::time::Duration) -> Vec<Job> {
         let mut state = self.lock();
         let expired = state.backlog.expire(timeout);
-        self.count_queued(&state);
+        self.count_outstanding(&state);
         expired
     }
 
@@ -214,7 +230,7 @@ impl JobQueue {
         }
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
-        self.count_queued(&state);
+        self.count_outstanding(&state);
         if state.spinning && state.backlog.jobs.len() == 1 {
             // The spinner takes this one. It takes only one: a burst pushed
             // before it gets the lock back (which on a busy machine can be
@@ -262,7 +278,7 @@ impl JobQueue {
     pub fn finished(&self) {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
-        self.count_queued(&state);
+        self.count_outstanding(&state);
     }
 
     /// Returns a job taken by a thread that could not run it, ahead of
@@ -271,7 +287,7 @@ impl JobQueue {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
         state.backlog.jobs.push_front(job);
-        self.count_queued(&state);
+        self.count_outstanding(&state);
         let wake = state.waiting > state.woken;
         if wake {
             state.woken += 1;
@@ -373,7 +389,7 @@ impl JobQueue {
     pub fn close_and_take(&self) -> Vec<Job> {
         let mut state = self.lock();
         let jobs = state.backlog.close_and_drain();
-        self.count_queued(&state);
+        self.count_outstanding(&state);
         drop(state);
         self.ready.notify_all();
         jobs
@@ -482,19 +498,16 @@ pub(crate) mod tests {
         let q = JobQueue::new();
         q.push(job()).unwrap();
         q.push(job()).unwrap();
-        let counts = |q: &JobQueue| {
-            let state = q.lock();
-            (state.backlog.jobs.len(), state.backlog.running)
-        };
         assert!(matches!(q.try_pop(), Pop::Job(_)));
-        assert_eq!(counts(&q), (1, 1), "one queued, one running");
+        assert_eq!(q.outstanding(), 2, "one running, one queued");
         assert!(matches!(q.finished_and_try_pop(), Pop::Job(_)));
-        assert_eq!(counts(&q), (0, 1), "the first finished, the second running");
+        assert_eq!(q.outstanding(), 1, "the first finished, the second running");
         assert!(matches!(q.finished_and_try_pop(), Pop::Empty));
-        assert_eq!(counts(&q), (0, 0));
+        assert_eq!(q.outstanding(), 0);
+        assert!(!q.app_busy());
         q.close();
         assert!(matches!(q.finished_and_try_pop(), Pop::Closed));
-        assert_eq!(counts(&q), (0, 0), "never below zero");
+        assert_eq!(q.outstanding(), 0, "never below zero");
     }
 
     #[test]

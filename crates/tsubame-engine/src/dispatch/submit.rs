@@ -11,7 +11,6 @@ use crate::log;
 use crate::message::body::Body;
 use crate::message::head::RequestHead;
 use crate::shared::Shared;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -50,15 +49,8 @@ pub(crate) async fn submit(
         state: state.clone(),
         queued_at: received_at,
     };
-    let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(target));
-    let answer = match enqueue(shared, job, to_fibers) {
-        Ok(pushed) => {
-            // Counted while the thread pool owes this connection its answer
-            // (see `server.rs` `spin_before_park`); fiber requests are
-            // I/O-bound and not waited for awake.
-            let _owed = (!to_fibers).then(|| AwaitingApp::new(&shared.awaiting_app));
-            await_reply(reply_rx, pushed, &state, seq, received_at, shared).await
-        }
+    let answer = match enqueue(shared, job, target) {
+        Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, shared).await,
         Err(Enqueue::Shed(reason)) => Answer::Shed(reason),
         Err(Enqueue::Closed) => return None,
     };
@@ -71,29 +63,11 @@ pub(crate) enum Enqueue {
     Closed,
 }
 
-/// Connection tasks (HTTP/2 streams) waiting for a reply from the thread
-/// pool, counted from the push to the arrival of the answer, whichever way
-/// the wait ends (a dropped task included).
-pub(crate) struct AwaitingApp<'a>(&'a AtomicUsize);
-
-impl<'a> AwaitingApp<'a> {
-    pub(crate) fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        AwaitingApp(count)
-    }
-}
-
-impl Drop for AwaitingApp<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 /// Queues a job with the pool its path belongs to: the fiber queue when
-/// fiber routes matched its target (`to_fibers`), the thread pool's queue
-/// otherwise. One place for both protocols, so HTTP/1 and HTTP/2 requests
-/// are routed alike.
-pub(crate) fn enqueue(shared: &Shared, job: Job, to_fibers: bool) -> Result<Pushed, Enqueue> {
+/// fiber routes match it, the thread pool's queue otherwise. One place for
+/// both protocols, so HTTP/1 and HTTP/2 requests are routed alike.
+pub(crate) fn enqueue(shared: &Shared, job: Job, target: &[u8]) -> Result<Pushed, Enqueue> {
+    let to_fibers = shared.routes.as_ref().is_some_and(|routes| routes.matches(target));
     let pushed = if to_fibers {
         // A fiber loop is woken by the push itself; the watcher is armed
         // only to expire jobs a stuck loop never takes.
