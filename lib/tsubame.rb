@@ -8,12 +8,12 @@ require "tsubame/config/options"
 module Tsubame
   # Autoloaded so that requiring "tsubame" (for Options, say) never loads the
   # native extension; only serving needs it.
-  autoload :CLI, "tsubame/config/cli"
+  autoload :CLI, "tsubame/cli"
   autoload :ConfigLoader, "tsubame/config/loader"
   autoload :DSL, "tsubame/config/dsl"
   autoload :EnvironmentVariables, "tsubame/config/environment_variables"
-  autoload :Launcher, "tsubame/launch/launcher"
-  autoload :RackHandler, "tsubame/launch/rack_handler"
+  autoload :Launcher, "tsubame/launcher"
+  autoload :RackHandler, "tsubame/rack_handler"
   autoload :Server, "tsubame/serve/server"
   autoload :FiberRoutes, "tsubame/fiber/routes"
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "rack/handler"
-require "tsubame/launch/rack_handler"
+require "tsubame/rack_handler"
 
 module Rack
   module Handler

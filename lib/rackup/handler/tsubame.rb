@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "rackup/handler"
-require "tsubame/launch/rack_handler"
+require "tsubame/rack_handler"
 
 module Rackup
   module Handler

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require "tsubame/serve/app_loader"
-require "tsubame/launch/hooks"
+require "tsubame/config/app_loader"
+require "tsubame/config/hooks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
 

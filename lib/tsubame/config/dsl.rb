@@ -3,7 +3,7 @@
 require "tsubame/errors"
 require "tsubame/config/bind_uri"
 require "tsubame/config/options"
-require "tsubame/control/token"
+require "tsubame/config/control_token"
 require "tmpdir"
 
 module Tsubame

@@ -8,7 +8,7 @@ require "uri"
 require "tsubame/version"
 require "tsubame/errors"
 require "tsubame/config/options"
-require "tsubame/launch/state_file"
+require "tsubame/control/state_file"
 
 module Tsubame
   # `tsubame ctl COMMAND`: pumactl for Tsubame. Talks to the control app

@@ -3,7 +3,7 @@
 require "json"
 require "socket"
 require "uri"
-require "tsubame/control/token"
+require "tsubame/config/control_token"
 require "tsubame/control/app"
 require "tsubame/support/named_thread"
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "tsubame/restart/hot_restart"
-require "tsubame/serve/app_loader"
+require "tsubame/config/app_loader"
 require "tsubame/support/clock"
 require "tsubame/support/log"
 

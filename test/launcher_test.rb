@@ -2,7 +2,7 @@
 
 require "test_helper"
 require "stringio"
-require "tsubame/launch/launcher"
+require "tsubame/launcher"
 
 # The boot sequence around the server, with a stand-in for Tsubame::Server
 # so the native extension is not needed.

@@ -3,7 +3,7 @@
 require "tsubame"
 require "tsubame/config/bind_uri"
 require "tsubame/config/loader"
-require "tsubame/launch/launcher"
+require "tsubame/launcher"
 
 module Tsubame
   # What `rackup -s tsubame` (Rack 2's Rack::Handler and rackup 2's

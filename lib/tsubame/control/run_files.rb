@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "tsubame/errors"
-require "tsubame/launch/state_file"
+require "tsubame/control/state_file"
 
 module Tsubame
   # The files a running server leaves for operators: the pidfile (`pidfile`,

@@ -5,7 +5,7 @@ require "tsubame"
 require "tsubame/bench"
 require "tsubame/config/bind_uri"
 require "tsubame/config/loader"
-require "tsubame/launch/launcher"
+require "tsubame/launcher"
 require "tsubame/tune/command"
 
 module Tsubame
