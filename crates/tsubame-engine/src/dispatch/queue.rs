@@ -231,7 +231,11 @@ impl JobQueue {
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
         self.count_outstanding(&state);
-        if state.spinning {
+        // A spinning thread takes one job: the first one queued. A second
+        // job pushed during the same spin needs a waiter (or the watcher)
+        // like any other, or it would wait for the spinner's request to
+        // finish while idle threads sleep.
+        if state.spinning && state.backlog.jobs.len() == 1 {
             return Ok(Pushed::Done);
         }
         if state.waiting <= state.woken || state.backlog.running > 0 {
@@ -463,6 +467,21 @@ pub(crate) mod tests {
         );
         q.lock().woken = 0; // the nudged waiter woke up and went back to wait
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
+    }
+
+    #[test]
+    fn a_spinning_thread_covers_one_job_and_the_next_wakes_a_waiter() {
+        let q = JobQueue::new();
+        {
+            let mut state = q.lock();
+            state.spinning = true;
+            state.waiting = 3;
+        }
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "the spinner takes it");
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeping waiter is woken");
+        assert_eq!(q.lock().woken, 1);
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "and another");
+        assert_eq!(q.lock().woken, 2);
     }
 
     #[test]
