@@ -5,9 +5,10 @@ require "fiber/support"
 
 # Every Fiber::Scheduler hook exercised by a request whose unmodified app
 # code uses it, on a server with one fiber loop thread. "Yields instead of
-# blocking" is checked by timing: several requests each waiting ~0.3 s
-# together take about 0.3 s, where a blocked loop would run them one after
-# another. The scheduler's call counters (/calls) show the hook really ran.
+# blocking" is checked by when the server ran them: several requests each
+# waiting ~0.3 s are in flight at once (/spans), where a blocked loop runs
+# them one after another. The scheduler's call counters (/calls) show the
+# hook really ran.
 class FiberHooksTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::FiberSupport
@@ -27,7 +28,7 @@ class FiberHooksTest < Minitest::Test
         Thread.new(ECHO.accept) { |s| line = s.gets; sleep 0.3; s.write(line.upcase); s.close }
       end
     end
-    run lambda { |env|
+    inner = lambda { |env|
       q = env["QUERY_STRING"]
       body = case env["PATH_INFO"]
       when "/socket"
@@ -76,28 +77,52 @@ class FiberHooksTest < Minitest::Test
       end
       [200, { "content-type" => "text/plain" }, [body]]
     }
+    # When each request ran, by path: /spans?PATH lists "start,end" pairs
+    # (monotonic seconds), so a test sees overlap without timing anything.
+    SPANS = Hash.new { |h, k| h[k] = [] }
+    clock = -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+    run lambda { |env|
+      if env["PATH_INFO"] == "/spans"
+        next [200, { "content-type" => "text/plain" }, [SPANS[env["QUERY_STRING"]].map { |a, b| "#{a},#{b}" }.join(" ")]]
+      end
+      started = clock.call
+      response = inner.call(env)
+      SPANS[env["PATH_INFO"]] << [started, clock.call]
+      response
+    }
   RUBY
 
   def calls(server)
     server.get("/calls").body.split.to_h { |pair| k, v = pair.split("="); [k.to_sym, Integer(v)] }
   end
 
+  # [start, end] of every request to `path` so far, in the server's clock.
+  def spans(server, path)
+    server.get("/spans?#{path}").body.split.map { |pair| pair.split(",").map { |t| Float(t) } }
+  end
+
+  # The most of `spans` running at one moment: a loop that blocks runs one
+  # request at a time, whatever the machine's load.
+  def most_at_once(spans)
+    spans.map { |t0, _| spans.count { |a, b| a <= t0 && t0 < b } }.max || 0
+  end
+
   # Runs `count` requests to `path` (with ?0, ?1...) at once; asserts they
-  # overlapped (took well under `count` x `each_seconds`) and returns the
-  # bodies and the hooks each counter moved by.
-  def overlapping(server, path, count, each_seconds)
+  # overlapped in the server and returns the bodies and the hooks each
+  # counter moved by.
+  def overlapping(server, path, count)
     before = calls(server)
-    results, elapsed = concurrently(server, Array.new(count) { |i| "#{path}?#{i}" })
+    results, = concurrently(server, Array.new(count) { |i| "#{path}?#{i}" })
     results.each { |status, body| assert_equal 200, status, body }
-    serial = count * each_seconds
-    assert_operator elapsed, :<, serial * 0.6, "#{count} x #{path} took #{elapsed.round(2)}s: they did not overlap"
+    at_once = most_at_once(spans(server, path).last(count))
+    assert_operator at_once, :>=, 2, "#{count} x #{path} ran one at a time: the loop blocked"
     after = calls(server)
     [results.map { |r| r[1] }, after.to_h { |k, v| [k, v - before.fetch(k, 0)] }]
   end
 
   def test_sockets_yield_on_connect_read_and_write
     with_server(APP, args: %w[--fibers]) do |server|
-      bodies, moved = overlapping(server, "/socket", 6, 0.3)
+      bodies, moved = overlapping(server, "/socket", 6)
       assert_equal Array.new(6) { |i| "HELLO #{i}" }, bodies
       assert_operator moved[:io_wait], :>=, 6
       assert_operator moved[:io_read], :>=, 6
@@ -117,7 +142,7 @@ class FiberHooksTest < Minitest::Test
 
   def test_timeout_interrupts_a_sleeping_fiber_and_others_go_on
     with_server(APP, args: %w[--fibers]) do |server|
-      bodies, moved = overlapping(server, "/timeout", 5, 0.3)
+      bodies, moved = overlapping(server, "/timeout", 5)
       bodies.each { |body| assert_match(/\Atimed out after 0\.[345]\z/, body) }
       assert_equal 5, moved[:timeout_after]
       assert_equal "fast", server.get("/fast").body
@@ -128,12 +153,14 @@ class FiberHooksTest < Minitest::Test
     with_server(APP, args: %w[--fibers]) do |server|
       load = Thread.new { concurrently(server, Array.new(5) { "/mutex" }) }
       sleep 0.3
-      started = now
-      assert_equal "fast", server.get("/fast").body, "the loop is free while fibers wait for the lock"
-      assert_operator now - started, :<, 0.15
-      results, elapsed = load.value
+      assert_equal "fast", server.get("/fast").body
+      results, = load.value
       assert_equal %w[1 2 3 4 5], results.map { |r| r[1] }.sort, "a lost update: the Mutex did not exclude"
-      assert_operator elapsed, :>=, 1.0, "5 x 0.2 s under one lock cannot take less than 1 s"
+      mutex = spans(server, "/mutex")
+      fast_end = spans(server, "/fast").last.last
+      assert_operator fast_end, :<, mutex.map(&:last).max, "the loop is free while fibers wait for the lock"
+      assert_equal 1, most_at_once(mutex.map { |_, t1| [t1 - 0.19, t1] }),
+                   "the critical sections (each request's last 0.2 s) never overlap"
       moved = calls(server)
       assert_operator moved[:block], :>=, 4
       assert_operator moved[:unblock], :>=, 4
@@ -156,10 +183,10 @@ class FiberHooksTest < Minitest::Test
 
   def test_popen_and_process_wait_yield_while_the_child_runs
     with_server(APP, args: %w[--fibers]) do |server|
-      bodies, moved = overlapping(server, "/popen", 4, 0.3)
+      bodies, moved = overlapping(server, "/popen", 4)
       assert_equal Array.new(4) { |i| "popen #{i} exit=0" }, bodies
       assert_operator moved[:process_wait], :>=, 4
-      bodies, moved = overlapping(server, "/wait", 4, 0.3)
+      bodies, moved = overlapping(server, "/wait", 4)
       assert_equal ["exit=3"] * 4, bodies
       assert_equal 4, moved[:process_wait]
     end
@@ -168,9 +195,10 @@ class FiberHooksTest < Minitest::Test
   def test_sleep_yields_through_kernel_sleep
     with_server(APP, args: %w[--fibers]) do |server|
       before = calls(server)
-      results, elapsed = concurrently(server, Array.new(10) { "/condvar" })
+      results, = concurrently(server, Array.new(10) { "/condvar" })
       assert_equal ["signalled"] * 10, results.map { |r| r[1] }
-      assert_operator elapsed, :<, 0.6, "10 requests sleeping 0.1 s in a child fiber each (1 s one by one)"
+      assert_operator most_at_once(spans(server, "/condvar")), :>=, 2,
+                      "10 requests sleeping 0.1 s in a child fiber each ran one at a time"
       assert_operator calls(server)[:kernel_sleep] - before.fetch(:kernel_sleep, 0), :>=, 10
     end
   end
