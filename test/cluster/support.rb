@@ -221,9 +221,5 @@ module Tsubame
     def get_pid(server, path = "/")
       Net::HTTP.get(URI("http://127.0.0.1:#{server.port}#{path}")).to_i
     end
-
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
   end
 end

@@ -12,19 +12,31 @@ class HandoffSpinTest < Minitest::Test
 
   APP = "run ->(_env) { [200, { \"content-type\" => \"text/plain\" }, [\"ok\"]] }\n"
 
-  def sleeps_of_app_thread(pid)
-    task = Dir["/proc/#{pid}/task/*"].find { |t| File.read("#{t}/comm").strip == "tsubame-0" }
+  # The pool names its threads as they start, which on a loaded machine
+  # can be after the server says it is listening: waited for, not assumed.
+  def app_thread_task(pid)
+    deadline = monotonic + 10
+    loop do
+      task = Dir["/proc/#{pid}/task/*"].find { |t| File.read("#{t}/comm").strip == "tsubame-0" rescue false }
+      return task if task
+      flunk "no thread named tsubame-0 in #{pid}" if monotonic > deadline
+      sleep 0.02
+    end
+  end
+
+  def sleeps_of_app_thread(task)
     File.read("#{task}/status")[/^voluntary_ctxt_switches:\s+(\d+)/, 1].to_i
   end
 
   # Voluntary context switches of the app thread per request.
   def switches_per_request(spin)
     with_server(APP, args: ["-t", "1:1", "--handoff-spin", spin]) do |s|
-      before = sleeps_of_app_thread(s.pid)
+      task = app_thread_task(s.pid)
+      before = sleeps_of_app_thread(task)
       out = `wrk -t1 -c1 -d1s http://127.0.0.1:#{s.port}/ 2>&1`
       requests = out[/(\d+) requests in/, 1].to_i
       assert_operator requests, :>, 100, out
-      (sleeps_of_app_thread(s.pid) - before).fdiv(requests)
+      (sleeps_of_app_thread(task) - before).fdiv(requests)
     end
   end
 

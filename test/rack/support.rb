@@ -138,10 +138,6 @@ module Tsubame
       end
     end
 
-    def monotonic
-      Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    end
-
     def rack2?
       Rack.release.start_with?("2.")
     end
