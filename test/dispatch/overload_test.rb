@@ -86,7 +86,7 @@ class OverloadTest < Minitest::Test
       end
       status, seconds, body = timed_get(s, "/fast")
       assert_equal [200, "fast"], [status, body]
-      assert_operator seconds, :<, 0.5, "threads were freed by the timeout"
+      assert_operator seconds, :<, 1.5, "threads were freed by the timeout"
       assert_equal 10, health(s)["timed_out"] + health(s)["shed"]["queue_timeout"]
       logged = s.stderr.scan(/503 request_timeout #\d+ GET \/slow from 127\.0\.0\.1/).size
       assert_equal 10, logged, "every timed-out request is named in the log"
@@ -139,7 +139,7 @@ class OverloadTest < Minitest::Test
         assert_equal "ok", JSON.parse(body)["status"]
         seconds
       end.max
-      assert_operator slowest, :<, 0.05, "liveness never queues behind the app"
+      assert_operator slowest, :<, 1.0, "liveness never queues behind the app (its threads sleep 4 s)"
       # Busy once a request has waited readiness_queue_wait (0.25 s).
       deadline = now + 3
       sleep 0.02 until (ready = timed_get(s, "/ready"))[0] == 503 || now > deadline
@@ -182,7 +182,7 @@ class OverloadTest < Minitest::Test
       started = now
       sock.write("GET /fast HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n")
       head, body = read_response(sock)
-      assert_operator now - started, :<, 0.5, "refused at once, not after waiting for a thread"
+      assert_operator now - started, :<, 1.0, "refused at once, not after waiting 1.5 s for a thread"
       assert_match(%r{\AHTTP/1\.1 503 Service Unavailable\r\n}, head)
       assert_includes head, "retry-after: 1"
       refute_includes head, "connection: close", "the request was read whole: the connection stays"
