@@ -29,9 +29,10 @@ class ClusterBasicTest < Minitest::Test
         workers = s.booted_workers
         assert_equal [0, 1], workers.keys.sort
         refute_includes workers.values, master
-        # Two at a time with one thread each: a busy worker leaves the next
+        # Two at a time with one thread each (1 s, longer than a late client
+        # thread on a loaded machine): a busy worker leaves the next
         # connection to the idle one, so both must serve.
-        served = Array.new(4) { Thread.new { get_pid(s, "/slow?0.3") } }.map(&:value).uniq.sort
+        served = Array.new(4) { Thread.new { get_pid(s, "/slow?1") } }.map(&:value).uniq.sort
         assert_equal workers.values.sort, served, "both workers serve the one listener"
 
         loaded = Dir[File.join(dir, "loaded-*")].map { |path| path[/\d+\z/].to_i }.sort
@@ -57,7 +58,9 @@ class ClusterBasicTest < Minitest::Test
   def test_preload_loads_the_app_once_in_the_master
     in_tmpdir do |dir|
       with_cluster(loading_app(dir), workers: 2, args: ["--preload", "-t", "1"]) do |s|
-        assert_equal 2, Array.new(4) { Thread.new { get_pid(s, "/slow?0.3") } }.map(&:value).uniq.size
+        # 1 s each, so a client thread started late on a loaded machine still
+        # finds the first worker busy and is served by the other.
+        assert_equal 2, Array.new(4) { Thread.new { get_pid(s, "/slow?1") } }.map(&:value).uniq.size
         loaded = Dir[File.join(dir, "loaded-*")].map { |path| path[/\d+\z/].to_i }
         assert_equal [s.pid], loaded
         assert_match(/Preloading application/, s.stdout)

@@ -104,7 +104,7 @@ class ClusterConfigTest < Minitest::Test
         # with no idle thread leaves new connections to the other
         # (wait_for_less_busy_worker), so both answer. (Twenty quick
         # requests one after another could all land on one worker.)
-        slow = URI("http://127.0.0.1:#{env["PORT"]}/slow?0.3")
+        slow = URI("http://127.0.0.1:#{env["PORT"]}/slow?1")
         served = Array.new(9) { Thread.new { Net::HTTP.get(slow).to_i } }.map(&:value).uniq.sort
         assert_equal workers.sort, served
       ensure
