@@ -122,7 +122,7 @@ fleet: deps build
 	benchmarks/fleet.sh
 
 # h2spec is a Go program: installed into GOPATH/bin once, with go install.
-# test/http2_h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
+# test/h2/h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
 H2SPEC_VERSION := latest
 h2spec-install: deps
 	@command -v go >/dev/null || { echo "h2spec-install: go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
@@ -133,7 +133,7 @@ h2spec-install: deps
 	fi
 
 h2spec: build h2spec-install
-	ruby -w -Ilib -Itest test/http2_h2spec_test.rb
+	ruby -w -Ilib -Itest test/h2/h2spec_test.rb
 
 gem:
 	gem build tsubame.gemspec

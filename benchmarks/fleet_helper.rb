@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# HAProxy and measuring helpers for benchmarks/fleet.sh; test/fleet_test.rb
+# HAProxy and measuring helpers for benchmarks/fleet.sh; test/dispatch/fleet_test.rb
 # requires this file for the HAProxy part (Fleet::HAProxy).
 #
 #   ruby fleet_helper.rb config LISTEN_PORT CHECK_PATH INTER_MS DIR PORT...

@@ -19,6 +19,10 @@
 # PEERS_DIR/<name> (iodine, itsi): an executable that takes PORT APP
 # [THREADS] and serves APP on 127.0.0.1:PORT in the foreground with one
 # process (docs/BENCHMARKS.md, "Peers built locally").
+#
+# BASELINE: another built checkout of Tsubame (a `git worktree` at an
+# older commit, after `make build` there) that joins the table as
+# "baseline", to compare two commits in one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,9 +67,11 @@ tsubame() { exec ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:
 puma_n() { exec puma -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$1" "$APP"; }
 ceiling() { exec "$LIMIT_BIN" "127.0.0.1:$1" 1; }
 peer() { exec "$PEERS_DIR/$1" "$2" "$(pwd)/$APP" "$THREADS"; }
+baseline() { exec ruby "$BASELINE/exe/tsubame" -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$1" "$APP"; }
 
 [ "$SHAPE" = hello ] && start ceiling ceiling
 start tsubame tsubame
+[ -n "${BASELINE:-}" ] && start baseline baseline
 start puma puma_n
 for p in iodine itsi; do
   if [ -n "${PEERS_DIR:-}" ] && [ -x "$PEERS_DIR/$p" ]; then

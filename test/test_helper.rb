@@ -145,6 +145,10 @@ module Tsubame
   end
 
   module TestHelpers
+    def monotonic
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
     # A TCP port nothing listens on right now, for a server whose address
     # must be known before it starts (a control URL, $PORT).
     def free_port

@@ -3,10 +3,10 @@
 require "optparse"
 require "tsubame"
 require "tsubame/bench"
-require "tsubame/bind_uri"
-require "tsubame/config_loader"
+require "tsubame/config/bind_uri"
+require "tsubame/config/loader"
 require "tsubame/launcher"
-require "tsubame/tune"
+require "tsubame/tune/command"
 
 module Tsubame
   # `tsubame [options] [rackup file]`, with Puma's flags and meanings.

@@ -3,20 +3,20 @@
 require "time"
 require "tsubame/version"
 require "tsubame/errors"
-require "tsubame/bind_uri"
-require "tsubame/app_loader"
-require "tsubame/hooks"
-require "tsubame/hot_restart"
-require "tsubame/hot_restart_check"
-require "tsubame/stand_in"
-require "tsubame/listeners"
-require "tsubame/self_signed"
-require "tsubame/named_thread"
-require "tsubame/log"
-require "tsubame/log_redirect"
-require "tsubame/run_files"
-require "tsubame/process_info"
-require "tsubame/restart_file"
+require "tsubame/config/bind_uri"
+require "tsubame/config/app_loader"
+require "tsubame/config/hooks"
+require "tsubame/restart/hot_restart"
+require "tsubame/restart/check"
+require "tsubame/restart/stand_in"
+require "tsubame/serve/listeners"
+require "tsubame/serve/self_signed"
+require "tsubame/support/named_thread"
+require "tsubame/support/log"
+require "tsubame/support/log_redirect"
+require "tsubame/control/run_files"
+require "tsubame/support/process_info"
+require "tsubame/restart/restart_file"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -104,7 +104,7 @@ module Tsubame
     private
 
     def run_cluster
-      require "tsubame/cluster"
+      require "tsubame/cluster/master"
       Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr).run
     end
 
@@ -143,7 +143,7 @@ module Tsubame
 
     def server_class
       @server_class || begin
-        require "tsubame/server"
+        require "tsubame/serve/server"
         Server
       end
     end
@@ -174,7 +174,7 @@ module Tsubame
     def start_control
       return unless @options[:control_url]
 
-      require "tsubame/control_server"
+      require "tsubame/control/server"
       control = ControlServer.new(@options[:control_url], @options[:control_token], ControlApp.new(self),
                                   Log.new(@stdout, @stderr))
       control.start

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
 require "tsubame"
-require "tsubame/bind_uri"
-require "tsubame/config_loader"
+require "tsubame/config/bind_uri"
+require "tsubame/config/loader"
 require "tsubame/launcher"
 
 module Tsubame

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "http_support"
+require "http1/support"
 require "json"
 require_relative "corpus"
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
-require "cluster_support"
+require "cluster/support"
 
 module Tsubame
   # Shared by the fault tests (make chaos): an app that logs when each

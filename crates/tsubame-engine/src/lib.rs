@@ -28,6 +28,7 @@ pub mod options;
 pub mod server;
 mod shared;
 pub mod stats;
+mod submit;
 #[allow(unsafe_code)]
 mod sys;
 

@@ -9,6 +9,5 @@ pub mod queue;
 pub mod readiness;
 pub mod reply;
 pub mod stream_channel;
-pub(crate) mod submit;
 pub mod timeouts;
 pub mod waker;

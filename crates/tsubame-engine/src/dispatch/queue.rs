@@ -231,12 +231,11 @@ impl JobQueue {
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
         self.count_outstanding(&state);
+        // A spinning thread takes one job: the first one queued. A second
+        // job pushed during the same spin needs a waiter (or the watcher)
+        // like any other, or it would wait for the spinner's request to
+        // finish while idle threads sleep.
         if state.spinning && state.backlog.jobs.len() == 1 {
-            // The spinner takes this one. It takes only one: a burst pushed
-            // before it gets the lock back (which on a busy machine can be
-            // milliseconds, it yields its core) needs threads of its own
-            // or the watcher, or the rest of the burst would wait unwatched,
-            // neither woken for nor expired by `queue_timeout`.
             return Ok(Pushed::Done);
         }
         if state.waiting <= state.woken || state.backlog.running > 0 {
@@ -483,14 +482,18 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_spinner_is_counted_on_for_one_job_only() {
+    fn a_spinning_thread_covers_one_job_and_the_next_wakes_a_waiter() {
         let q = JobQueue::new();
-        q.lock().spinning = true;
+        {
+            let mut state = q.lock();
+            state.spinning = true;
+            state.waiting = 3;
+        }
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "the spinner takes it");
-        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "no one else: watched");
-        q.lock().waiting = 1;
-        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeper is woken for the third");
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeping waiter is woken");
         assert_eq!(q.lock().woken, 1);
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "and another");
+        assert_eq!(q.lock().woken, 2);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
-use crate::dispatch::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use crate::error::HttpError;
 use crate::health;
 use crate::http1::chunked::{ChunkedDecoder, Decoded};
@@ -20,6 +19,7 @@ use crate::net::client_io::{send, send_parts, ClientIo, READ_CHUNK};
 use crate::net::linger::linger;
 use crate::shared::Shared;
 use crate::stats::Stats;
+use crate::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use bytes::{Bytes, BytesMut};
 use std::io::Read;
 use std::sync::Arc;

@@ -1,0 +1,714 @@
+# frozen_string_literal: true
+
+require "time"
+require "tsubame/version"
+require "tsubame/errors"
+require "tsubame/config/bind_uri"
+require "tsubame/serve/server"
+require "tsubame/serve/listeners"
+require "tsubame/restart/hot_restart"
+require "tsubame/restart/check"
+require "tsubame/config/hooks"
+require "tsubame/support/log"
+require "tsubame/support/log_redirect"
+require "tsubame/config/app_loader"
+require "tsubame/cluster/worker"
+require "tsubame/cluster/worker_handle"
+require "tsubame/cluster/worker_link"
+require "tsubame/control/run_files"
+require "tsubame/support/process_info"
+require "tsubame/restart/restart_file"
+require "tsubame/support/clock"
+
+module Tsubame
+  # Cluster mode's master process. It binds the listeners, forks `workers`
+  # processes that serve them, and from then on only supervises: it never
+  # runs the app, and never starts an engine (tokio threads must not exist
+  # in a process that forks). Everything happens on one loop in the main
+  # thread, woken by signals (through a self-pipe), by messages from the
+  # workers, and by a short tick for timeouts.
+  class Cluster
+    include Clock
+
+    SIGNALS = %w[TERM INT USR1 USR2 TTIN TTOU HUP CHLD].freeze
+
+    # The loop's longest sleep: bounds how late a timeout is noticed. Deaths
+    # and signals wake it at once.
+    TICK = 0.2
+
+    # This many workers in a row dying before they boot is a boot loop:
+    # with no worker serving, the master gives up (exit status 1); with some
+    # serving, it keeps them and retries at a slowing pace.
+    BOOT_FAILURE_LIMIT = 5
+    MAX_RESPAWN_DELAY = 30.0
+
+    # A halted worker that ignores QUIT this long is killed.
+    HALT_GRACE = 2.0
+
+    # Stopped workers get drain_timeout, plus this for the app threads and
+    # hooks, before they are killed (unless worker_shutdown_timeout says).
+    SHUTDOWN_MARGIN = 5.0
+
+    attr_reader :phase
+
+    def initialize(options, app: nil, stdout: $stdout, stderr: $stderr)
+      @options = options
+      @app = app
+      @stdout = stdout
+      @stderr = stderr
+      @log = Log.new(stdout, stderr)
+      @commands = Thread::Queue.new
+      @workers = []
+      @lock = Mutex.new
+      @replies = {}
+      @request_id = 0
+      @phase = 0
+      @wanted = options[:workers]
+      @stopping = nil
+      @exit_status = 0
+      @boot_failures = 0
+      # Serving workers that died unexpectedly, and workers the master
+      # killed (hung, stuck, not booting, not stopping), for the stats.
+      @worker_deaths = 0
+      @worker_kills = 0
+      @respawn_at = 0.0
+      @phased_restart = false
+      @all_booted = false
+      @started_at = Time.now
+      @control = nil
+      # A hot restart's pre-flight check under way (HotRestartCheck).
+      @restart_check = nil
+    end
+
+    # Returns the exit status once every worker has stopped.
+    def run
+      @master_pid = Process.pid
+      print_header
+      preload
+      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
+      @wakeup_r, @wakeup_w = IO.pipe
+      previous = trap_signals
+      begin
+        boot_master
+        supervise
+      ensure
+        previous.each { |signal, handler| trap(signal, handler) }
+        shut_down
+      end
+      @log.info("- Goodbye!")
+      @exit_status
+    end
+
+    # Asks the master's loop to do something (from a trap handler or the
+    # control app's thread): :stop, :halt, :phased_restart, :hot_restart,
+    # :worker_count_up, :worker_count_down, :reopen_logs.
+    def command(name)
+      @commands << name
+      @wakeup_w&.write_nonblock(".", exception: false)
+    rescue IOError
+      # Closed: a freshly forked worker before it installed its own traps.
+      nil
+    end
+
+    # The control app's /stats: Puma's fields, then Tsubame's.
+    def stats
+      workers = @lock.synchronize { @workers.dup }
+      active = workers.select(&:active?)
+      {
+        "started_at" => @started_at.utc.iso8601,
+        "workers" => active.size,
+        "phase" => @phase,
+        "booted_workers" => active.count(&:booted?),
+        "old_workers" => workers.count { |w| w.adopted? || w.phase < @phase },
+        "worker_status" => workers.reject(&:adopted?).sort_by { |w| [w.index, w.started_at] }.map(&:to_status),
+        "mode" => "cluster",
+        "master_pid" => @master_pid,
+        "workers_wanted" => @wanted,
+        "worker_deaths" => @worker_deaths,
+        "worker_kills" => @worker_kills,
+        "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
+      }
+    end
+
+    def cluster?
+      true
+    end
+
+    # Whether workers fork from an app loaded in the master (preload_app!,
+    # or an app handed over by the Rack handler): then a phased restart
+    # could not load new code.
+    def preloaded?
+      !@app.nil?
+    end
+
+    # Sends a request ("gc", "backtraces") to every serving worker and
+    # collects their replies for up to `timeout` seconds.
+    def ask_workers(type, timeout: 3.0)
+      queue = Thread::Queue.new
+      id, workers = @lock.synchronize do
+        @request_id += 1
+        @replies[@request_id] = queue
+        [@request_id, @workers.select { |w| w.booted? && w.link && !w.link.closed? }]
+      end
+      asked = workers.count { |w| w.link.send("type" => type, "id" => id) }
+      collect(queue, asked, timeout)
+    ensure
+      @lock.synchronize { @replies.delete(id) }
+    end
+
+    private
+
+    # --- boot -----------------------------------------------------------
+
+    def print_header
+      @log.info("Tsubame starting in cluster mode...")
+      @log.info("* Tsubame version: #{VERSION} (ruby #{RUBY_VERSION}-p#{RUBY_PATCHLEVEL})")
+      @log.info("*  Min threads: #{@options[:threads_min]}")
+      @log.info("*  Max threads: #{@options[:threads_max]}")
+      @log.info("*  Environment: #{@options[:environment]}")
+      @log.info("*   Master PID: #{Process.pid}")
+      @log.info("*      Workers: #{@wanted}")
+      phased = @options[:preload_app] || @app ? "no (preload_app!)" : "yes"
+      @log.info("*     Restarts: hot (USR2) yes, phased (USR1) #{phased}")
+    end
+
+    def preload
+      return if @app || !@options[:preload_app]
+
+      @log.info("* Preloading application")
+      @app = AppLoader.load(@options[:rackup])
+    end
+
+    def boot_master
+      start_control
+      RunFiles.write(@options, @control)
+      @log.info("Use Ctrl-C to stop")
+      LogRedirect.apply(@options)
+      @restart_file = RestartFile.new if @options[:tmp_restart]
+      adopt_old_workers
+      Hooks.run(@options[:before_fork])
+    end
+
+    def start_control
+      return unless @options[:control_url]
+
+      require "tsubame/control/server"
+      @control = ControlServer.new(@options[:control_url], @options[:control_token], ControlApp.new(self), @log)
+      @control.start
+    end
+
+    # After a hot restart the previous master's workers are still our
+    # children (exec kept the pid). They serve until ours have booted.
+    def adopt_old_workers
+      pids = HotRestart.inherited_workers
+      return if pids.empty?
+
+      @log.info("* Hot restart: #{pids.size} old worker(s) serve until the new ones boot")
+      pids.each do |pid|
+        @workers << WorkerHandle.new(pid: pid, index: nil, phase: -1, link: nil, adopted: true)
+      end
+    end
+
+    def trap_signals
+      SIGNALS.to_h do |signal|
+        [signal, trap(signal) { command(signal_command(signal)) }]
+      end
+    end
+
+    def signal_command(signal)
+      {
+        "TERM" => :stop, "INT" => :stop, "USR1" => :phased_restart, "USR2" => :hot_restart,
+        "TTIN" => :worker_count_up, "TTOU" => :worker_count_down, "HUP" => :hangup, "CHLD" => :reap
+      }.fetch(signal)
+    end
+
+    # --- the loop -------------------------------------------------------
+
+    def supervise
+      until finished?
+        wait_for_events
+        process_commands
+        reap
+        begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
+        advance_hot_restart
+        next if @stopping
+
+        check_workers
+        advance_phased_restart
+        spawn_missing
+        retire_old_workers
+        check_restart_file
+      end
+    end
+
+    def finished?
+      @stopping && @workers.empty?
+    end
+
+    def wait_for_events
+      links = @workers.filter_map { |w| w.link.io if w.link && !w.link.closed? }
+      ready, = IO.select([@wakeup_r, *links], nil, nil, TICK)
+      Array(ready).each do |io|
+        if io == @wakeup_r
+          @wakeup_r.read_nonblock(4096, exception: false)
+        else
+          read_link(@workers.find { |w| w.link&.io == io })
+        end
+      end
+    end
+
+    def read_link(worker)
+      return unless worker
+
+      messages = worker.link.read_available
+      # Closed: the worker is exiting; reap will tell how.
+      return worker.link.close if messages.nil?
+
+      messages.each { |message| receive(worker, message) }
+    end
+
+    def receive(worker, message)
+      case message["type"]
+      when "boot" then booted(worker)
+      when "ping"
+        worker.checked_in!(message["status"])
+        worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
+      when "reply"
+        queue = @lock.synchronize { @replies[message["id"]] }
+        queue&.push(message)
+      end
+    end
+
+    def booted(worker)
+      worker.booted!
+      # Booted during a shutdown delay (a replacement): it leaves too.
+      tell_lame_duck(worker) if @leave_at
+      worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
+      @boot_failures = 0
+      @log.info("- #{worker.describe} booted in #{worker.boot_seconds.round(2)}s, phase: #{worker.phase}")
+      if (old = worker.replaces)
+        worker.replaces = nil
+        old.replacement = nil
+        old.replaced!
+        stop_worker(old, "replaced by PID #{worker.pid}")
+      end
+      return if @all_booted || !all_booted?
+
+      @all_booted = true
+      Hooks.run_logged(@options[:on_booted], "on_booted", @log)
+    end
+
+    def all_booted?
+      (0...@wanted).all? { |index| @workers.any? { |w| w.index == index && w.active? && w.booted? } }
+    end
+
+    def process_commands
+      until @commands.empty?
+        name = @commands.pop
+        case name
+        when :stop then begin_leaving
+        when :halt then begin_stop(:halt)
+        when :hangup then hangup
+        when :reopen_logs then reopen_logs
+        when :phased_restart then start_phased_restart
+        when :hot_restart then hot_restart
+        when :worker_count_up then change_worker_count(+1)
+        when :worker_count_down then change_worker_count(-1)
+        end
+      end
+    end
+
+    # --- deaths and timeouts --------------------------------------------
+
+    def reap
+      loop do
+        pid, status = Process.wait2(-1, Process::WNOHANG)
+        break unless pid
+
+        # Every child is reaped here, the hot restart's check among them.
+        if @restart_check&.pid == pid
+          @restart_check.exited(status)
+          next
+        end
+
+        worker = @workers.find { |w| w.pid == pid }
+        exited(worker, status) if worker
+      end
+    rescue Errno::ECHILD
+      nil
+    end
+
+    def exited(worker, status)
+      @lock.synchronize { @workers.delete(worker) }
+      worker.link&.close
+      how = describe_status(status)
+      if worker.stopping?
+        @log.info("- #{worker.describe} stopped (#{worker.stop_reason}): #{how}")
+      elsif worker.booted?
+        @worker_deaths += 1
+        @log.error("! #{worker.describe} died: #{how}#{"; starting a replacement" unless @stopping}")
+      else
+        boot_failed(worker, how)
+      end
+      forget_replacement(worker)
+    end
+
+    def boot_failed(worker, how)
+      @boot_failures += 1
+      @log.error("! #{worker.describe} died while booting: #{how} " \
+                 "(#{@boot_failures} boot failure#{"s" if @boot_failures > 1} in a row)")
+      return if @stopping || @boot_failures < BOOT_FAILURE_LIMIT
+
+      # The previous master's workers (hot restart) count as serving: a
+      # deploy whose app cannot boot leaves them in place.
+      if @workers.none? { |w| (w.booted? || w.adopted?) && !w.stopping? }
+        @log.error("! boot loop: the last #{@boot_failures} workers all died while booting " \
+                   "(last: #{how}), and none is serving; giving up. Fix the error above and start again.")
+        @exit_status = 1
+        begin_stop(:graceful)
+      else
+        delay = [2.0**(@boot_failures - BOOT_FAILURE_LIMIT), MAX_RESPAWN_DELAY].min
+        @respawn_at = monotonic + delay
+        @log.error("! workers keep failing to boot; retrying in #{delay.round(1)}s")
+      end
+    end
+
+    # A replacement that died unbooted leaves the old worker serving; a
+    # phased restart whose new code cannot boot stops there.
+    def forget_replacement(worker)
+      if (old = worker.replaces)
+        old.replacement = nil
+        if @phased_restart && !worker.booted?
+          @phased_restart = false
+          @log.error("! phased restart stopped: a new worker failed to boot; the old workers keep serving")
+        end
+      end
+      worker.replacement&.replaces = nil
+    end
+
+    def describe_status(status)
+      if status.signaled?
+        "killed by SIG#{Signal.signame(status.termsig)}"
+      elsif status.exited?
+        "exit status #{status.exitstatus}"
+      else
+        status.inspect
+      end
+    end
+
+    def check_workers
+      @workers.each do |worker|
+        # Already sent SIGKILL: it dies and is reaped within a moment, and
+        # must not be killed (and logged, and counted) again meanwhile.
+        next if worker.adopted? || worker.killed?
+
+        if worker.stopping?
+          kill(worker, "did not stop in time") if monotonic > worker.stop_deadline
+        elsif !worker.booted?
+          kill(worker, "did not boot within #{boot_timeout}s") if worker.silent_for > boot_timeout
+        elsif worker.silent_for > @options[:worker_timeout]
+          kill(worker, "has not checked in for #{worker.silent_for.round(1)}s " \
+                       "(worker_timeout #{@options[:worker_timeout]}); hung")
+        else
+          recycle_if_due(worker)
+        end
+      end
+      @workers.each do |w|
+        kill(w, "did not stop in time") if w.adopted? && !w.killed? && w.stopping? && monotonic > w.stop_deadline
+      end
+    end
+
+    def boot_timeout
+      @options[:worker_boot_timeout] || @options[:worker_timeout]
+    end
+
+    def kill(worker, why)
+      @worker_kills += 1
+      @log.error("! #{worker.describe} #{why}; killing it")
+      signal(worker, "KILL")
+      worker.killed!
+      # Not stopping!: a killed worker that was serving is replaced, one
+      # that never booted counts as a failed boot.
+    end
+
+    # --- recycling and restarts -----------------------------------------
+
+    def recycle_if_due(worker)
+      return if worker.replacement || replacing?
+
+      reason = recycle_reason(worker)
+      replace(worker, reason) if reason
+    end
+
+    def recycle_reason(worker)
+      max_requests = @options[:worker_max_requests]
+      max_memory = @options[:worker_max_memory]
+      if worker.stuck_threads.positive?
+        "has #{worker.stuck_threads} thread(s) stuck past request_timeout_grace"
+      elsif max_requests && worker.requests_count >= max_requests
+        "served #{worker.requests_count} requests (worker_max_requests #{max_requests})"
+      elsif max_memory && worker.rss_mb && worker.rss_mb > max_memory
+        "uses #{worker.rss_mb} MB (worker_max_memory #{max_memory})"
+      end
+    end
+
+    # One replacement at a time, so recycling or a phased restart never
+    # takes more than one worker's memory extra: until the replacement has
+    # booted and the worker it replaced has drained and exited.
+    def replacing?
+      @workers.any? { |w| w.replaces || (w.stopping? && w.replaced?) }
+    end
+
+    # The replacement starts first; the old worker is stopped, and drains,
+    # only once the new one has booted (see #booted).
+    def replace(old, reason)
+      @log.info("- #{old.describe} #{reason}; starting its replacement")
+      new_worker = spawn(old.index) or return
+      new_worker.replaces = old
+      old.replacement = new_worker
+    end
+
+    def start_phased_restart
+      return if @stopping
+
+      if preloaded?
+        @log.error("! phased restart (USR1) is not available with preload_app!: new workers would fork " \
+                   "from the master's already loaded code. Use a hot restart (USR2) instead.")
+        return
+      end
+      @phase += 1
+      @phased_restart = true
+      @log.info("- Starting phased worker restart, phase: #{@phase}")
+    end
+
+    def advance_phased_restart
+      return if !@phased_restart || replacing?
+
+      old = @workers.find { |w| w.active? && w.booted? && w.phase < @phase }
+      if old
+        replace(old, "is from phase #{old.phase}")
+      elsif @workers.none? { |w| w.active? && w.phase < @phase }
+        @phased_restart = false
+        @log.info("- Phased restart done, phase: #{@phase}")
+      end
+    end
+
+    # USR2, `ctl restart`, tmp/restart.txt. The exec'd master is all that
+    # would supervise the old workers: if it could not start, they would
+    # stop with it. So the new config (and app, if the master loads it) is
+    # loaded first in a check child (see HotRestartCheck), polled from the
+    # loop (#advance_hot_restart) so that supervision goes on meanwhile.
+    def hot_restart
+      # A stop under way, or its shutdown delay, wins: re-executing would
+      # forget it.
+      return @log.info("* Hot restart not done: the server is stopping") if @stopping || @leave_at
+      # Another request while checking is the same restart.
+      return @log.info("* Hot restart already under way (check PID #{@restart_check.pid})") if @restart_check
+
+      @restart_check = HotRestartCheck.start(restart_check_timeout)
+      @log.info("* Hot restart: checking that the new configuration loads (check PID #{@restart_check.pid}); " \
+                "the workers serve meanwhile")
+    rescue SystemCallError => e
+      @log.error("! hot restart not done: cannot start the check of the new configuration: #{e.message}; " \
+                 "the old workers keep serving")
+    end
+
+    def restart_check_timeout
+      @options[:worker_boot_timeout] || HotRestartCheck::DEFAULT_TIMEOUT
+    end
+
+    # On every turn of the loop: once the check is over, re-execute if the
+    # new code loaded, otherwise say why and go on serving.
+    def advance_hot_restart
+      check = @restart_check
+      return unless check
+
+      if @stopping || @leave_at
+        @restart_check = nil
+        check.abandon
+        return @log.info("* Hot restart not done: the server is stopping")
+      end
+      return unless check.finished?
+
+      @restart_check = nil
+      if (failure = check.failure)
+        # The check's own error output is on stderr just above.
+        return @log.error("! hot restart not done: the new configuration/app #{failure}; the old workers keep serving")
+      end
+
+      re_execute
+    end
+
+    def re_execute
+      @log.info("* Hot restart: re-executing #{HotRestart.command&.join(" ")}; the listeners stay open " \
+                "and the workers serve until the new master's workers boot")
+      Hooks.run_logged(@options[:on_restart], "on_restart", @log)
+      @control&.stop
+      @stdout.flush
+      error = HotRestart.exec(@listeners, workers: @workers.map(&:pid))
+      @log.error("! hot restart failed: #{error.message}; carrying on")
+      @control&.start
+    end
+
+    # --- worker count ---------------------------------------------------
+
+    def change_worker_count(delta)
+      return if @stopping
+
+      wanted = [@wanted + delta, 1].max
+      return @log.info("- Worker count stays at 1 (TTOU)") if wanted == @wanted
+
+      @wanted = wanted
+      @log.info("- Worker count #{delta.positive? ? "raised" : "lowered"} to #{@wanted}")
+      @workers.each { |w| stop_worker(w, "worker count lowered") if w.active? && w.index >= @wanted }
+    end
+
+    def spawn_missing
+      return if monotonic < @respawn_at
+
+      (0...@wanted).each do |index|
+        spawn(index) unless @workers.any? { |w| w.index == index && w.active? }
+      end
+    end
+
+    # Once every index has a booted worker of this master, the previous
+    # master's workers (hot restart) can drain and go.
+    def retire_old_workers
+      old = @workers.select { |w| w.adopted? && !w.stopping? }
+      return if old.empty? || !all_booted?
+
+      old.each { |w| stop_worker(w, "replaced by hot restart") }
+    end
+
+    def spawn(index)
+      master_end, worker_end = WorkerLink.pair
+      pid = begin
+        fork do
+          master_end.close
+          exit(child(index, worker_end))
+        end
+      rescue SystemCallError => e
+        [master_end, worker_end].each(&:close)
+        @log.error("! cannot fork worker #{index}: #{e.message}; retrying in 1s")
+        @respawn_at = monotonic + 1
+        return nil
+      end
+      worker_end.close
+      worker = WorkerHandle.new(pid: pid, index: index, phase: @phase, link: master_end)
+      @lock.synchronize { @workers << worker }
+      Hooks.run_logged(@options[:after_worker_fork], "after_worker_fork", @log, index)
+      worker
+    end
+
+    # In the forked child: let go of what belongs to the master, then serve.
+    def child(index, link)
+      [@wakeup_r, @wakeup_w].each(&:close)
+      @workers.each { |w| w.link&.close }
+      @control&.close_in_child
+      @restart_file = nil
+      tag = @options[:tag] ? " [#{@options[:tag]}]" : ""
+      Process.setproctitle("tsubame: cluster worker #{index}: #{@master_pid}#{tag}")
+      Worker.new(index: index, phase: @phase, master_pid: @master_pid, options: @options,
+                 listeners: @listeners.for_worker, link: link, app: @app, log: @log).run
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      raise if e.is_a?(SystemExit)
+
+      @log.error("! worker #{index} failed to boot: #{e.class}: #{e.message}\n" \
+                 "#{Array(e.backtrace).first(20).join("\n")}")
+      1
+    end
+
+    # --- stopping -------------------------------------------------------
+
+    # TERM/INT with shutdown_delay: every worker's readiness fails at once
+    # while they go on serving; the drain begins when the delay is over (or
+    # at a second TERM/INT).
+    def begin_leaving
+      delay = @options[:shutdown_delay]
+      return begin_stop(:graceful) if delay.zero? || @leave_at
+
+      @leave_at = monotonic + delay
+      @log.info("- Shutdown delay: readiness fails now; serving #{delay}s more before the drain")
+      @workers.each { |w| tell_lame_duck(w) }
+    end
+
+    def tell_lame_duck(worker)
+      worker.link.send("type" => "lame_duck") if worker.link && !worker.link.closed?
+    end
+
+    def begin_stop(mode)
+      return if @stopping == mode || @stopping == :halt
+
+      @stopping = mode
+      @log.info(mode == :halt ? "- Halting: workers stop now" : "- Gracefully stopping, waiting for requests to finish")
+      # New clients are refused from here on; the ones already accepted
+      # are served by the workers as they drain.
+      @listeners.close
+      @workers.each { |w| mode == :halt ? halt_worker(w) : stop_worker(w, "shutting down") }
+    end
+
+    def stop_worker(worker, reason)
+      return if worker.stopping?
+
+      worker.stopping!(reason, shutdown_timeout)
+      signal(worker, "TERM")
+    end
+
+    def halt_worker(worker)
+      worker.stopping!("halt", HALT_GRACE)
+      signal(worker, "QUIT")
+    end
+
+    def shutdown_timeout
+      @options[:worker_shutdown_timeout] || (@options[:drain_timeout] + SHUTDOWN_MARGIN)
+    end
+
+    def signal(worker, name)
+      Process.kill(name, worker.pid)
+    rescue Errno::ESRCH
+      nil
+    end
+
+    # HUP: reopen the stdout_redirect files, in every process; without
+    # them, stop (Puma's behaviour: a hangup with nowhere to log).
+    # With TLS binds the workers also reload their certificates on HUP.
+    def hangup
+      tls = @options[:binds].any? { |uri| BindURI.tls?(uri) }
+      return begin_stop(:graceful) unless LogRedirect.configured?(@options) || tls
+
+      reopen_logs
+    end
+
+    def reopen_logs
+      LogRedirect.reopen(@options) if LogRedirect.configured?(@options)
+      @workers.each { |w| signal(w, "HUP") }
+      @log.info("- Log files reopened") if LogRedirect.configured?(@options)
+    end
+
+    # After the loop, or when it raised: nothing may outlive the master
+    # unsupervised, and its files go.
+    def shut_down
+      @restart_check&.abandon
+      @workers.each { |w| signal(w, "TERM") }
+      @listeners&.close
+      @control&.stop
+      RunFiles.remove(@options)
+    end
+
+    def check_restart_file
+      hot_restart if @restart_file&.touched?
+    end
+
+    # Ruby 3.1's Queue#pop has no timeout, hence the polling; it runs on the
+    # control app's thread, for a request an operator made.
+    def collect(queue, count, timeout)
+      deadline = monotonic + timeout
+      replies = []
+      while replies.size < count && monotonic < deadline
+        queue.empty? ? sleep(0.01) : replies << queue.pop
+      end
+      replies
+    end
+  end
+end

@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+require "tsubame/config/app_loader"
+require "tsubame/config/hooks"
+require "tsubame/support/log_redirect"
+require "tsubame/support/clock"
+
+module Tsubame
+  # One cluster worker, running in the child the master forked: loads the
+  # app (unless the master preloaded it), serves the inherited listeners
+  # with its own engine and thread pool, and checks in with the master.
+  class Worker
+    include Clock
+
+    # Signals meant for the master that may reach a worker too, e.g. sent
+    # to the whole process group. A Ruby handler that does nothing, rather
+    # than "IGNORE", because ignored signals stay ignored in programs the
+    # app execs.
+    MASTER_SIGNALS = %w[USR1 USR2 TTIN TTOU].freeze
+
+    def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:)
+      @index = index
+      @phase = phase
+      @master_pid = master_pid
+      @options = options
+      @listeners = listeners
+      @link = link
+      @app = app
+      @log = log
+      @server = nil
+      @stopped = false
+    end
+
+    # Returns the exit status. The master counts a worker that exits before
+    # its "boot" message as a failed boot.
+    def run
+      started = monotonic
+      install_traps
+      Hooks.run(@options[:on_worker_boot], @index)
+      app = @app || AppLoader.load(@options[:rackup])
+      @server = Server.new(app, @options, listeners: @listeners,
+                                          busy_accept_delay: @options[:wait_for_less_busy_worker])
+      @server.start
+      @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
+                 "boot_seconds" => (monotonic - started).round(3))
+      checker = Thread.new { check_in }
+      @server.wait
+      @stopped = true
+      checker.join(1) || checker.kill
+      Hooks.run_logged(@options[:on_worker_shutdown], "on_worker_shutdown", @log, @index)
+      0
+    end
+
+    private
+
+    def install_traps
+      %w[TERM INT].each { |signal| trap(signal) { stop } }
+      # halt: no draining, requests in flight are cut.
+      trap("QUIT") { exit!(0) }
+      trap("HUP") { hangup }
+      MASTER_SIGNALS.each { |signal| trap(signal) {} }
+      # The master's handler would wake the master's loop; the app may
+      # want to wait for its own children.
+      trap("CHLD", "DEFAULT")
+    end
+
+    def hangup
+      LogRedirect.reopen(@options)
+      server = @server
+      Thread.new { server.reload_tls($stdout) } if server&.tls?
+    end
+
+    # Before the server exists (the app is still loading) there is nothing
+    # to drain, so the worker just exits.
+    def stop
+      @server ? @server.stop : exit(0)
+    end
+
+    # Pings the master every worker_check_interval (a worker that stops
+    # pinging for worker_timeout is killed as hung), and answers its
+    # requests. When the link closes, the master either re-executed itself
+    # (hot restart: same pid, it will stop this worker once its new ones
+    # serve) or died; the parent pid tells which.
+    def check_in
+      interval = @options[:worker_check_interval]
+      link_open = true
+      next_ping = monotonic + interval
+      until @stopped
+        unless Process.ppid == @master_pid
+          @log.info("! master (pid #{@master_pid}) is gone; worker #{@index} stopping")
+          @server.stop
+          break
+        end
+
+        wait = next_ping - monotonic
+        if wait.positive?
+          link_open = serve_master(wait) if link_open
+          sleep(wait) unless link_open
+          next
+        end
+
+        link_open &&= @link.send("type" => "ping", "status" => @server.status)
+        next_ping = [next_ping + interval, monotonic].max
+      end
+    rescue StandardError => e
+      @log.error("! worker #{@index} check-in failed: #{e.class}: #{e.message}")
+    end
+
+    # Waits up to `timeout` for requests from the master and answers them.
+    # Returns false once the link is closed.
+    def serve_master(timeout)
+      return true unless @link.io.wait_readable(timeout)
+
+      messages = @link.read_available
+      return false if messages.nil?
+
+      messages.each { |message| answer(message) }
+      true
+    end
+
+    def answer(message)
+      data =
+        case message["type"]
+        when "gc"
+          GC.start
+          { "pid" => Process.pid, "gc" => "done" }
+        when "backtraces" then backtraces
+        when "lame_duck"
+          # The cluster is stopping with shutdown_delay: the master sends
+          # TERM once the delay is over.
+          @server.enter_lame_duck
+          { "pid" => Process.pid, "lame_duck" => true }
+        else { "error" => "unknown request #{message["type"].inspect}" }
+        end
+      @link.send("type" => "reply", "id" => message["id"], "pid" => Process.pid, "data" => data)
+    end
+
+    def backtraces
+      Thread.list.map do |thread|
+        { "name" => thread.name || thread.inspect, "backtrace" => thread.backtrace || [] }
+      end
+    end
+  end
+end

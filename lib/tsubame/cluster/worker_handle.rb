@@ -1,0 +1,130 @@
+# frozen_string_literal: true
+
+require "time"
+require "tsubame/support/clock"
+
+module Tsubame
+  # The master's record of one worker process.
+  class WorkerHandle
+    include Clock
+
+    attr_reader :pid, :index, :phase, :link, :started_at, :booted_at, :last_checkin, :last_status,
+                :stop_deadline, :stop_reason
+    attr_accessor :rss_mb, :replacement, :replaces
+
+    # adopted: a worker of the master this one replaced by re-executing
+    # itself (hot restart). It has no link and is stopped once the new
+    # workers serve.
+    def initialize(pid:, index:, phase:, link:, adopted: false)
+      @pid = pid
+      @index = index
+      @phase = phase
+      @link = link
+      @adopted = adopted
+      @started_at = monotonic
+      @started_wall = Time.now
+      @booted_at = nil
+      @last_checkin = nil
+      @last_checkin_wall = nil
+      @last_status = {}
+      @stop_deadline = nil
+      @stop_reason = nil
+      @rss_mb = nil
+      @replacement = nil
+      @replaces = nil
+      @replaced = false
+      @killed = false
+    end
+
+    # The master sent it SIGKILL; it is gone once reaped.
+    def killed!
+      @killed = true
+    end
+
+    def killed?
+      @killed
+    end
+
+    def adopted?
+      @adopted
+    end
+
+    # Stopped because its replacement booted (recycling, phased restart).
+    def replaced!
+      @replaced = true
+    end
+
+    def replaced?
+      @replaced ? true : false
+    end
+
+    def booted?
+      !@booted_at.nil?
+    end
+
+    def stopping?
+      !@stop_deadline.nil?
+    end
+
+    # Serving, or about to: not on its way out.
+    def active?
+      !stopping? && !adopted?
+    end
+
+    def booted!
+      @booted_at = monotonic
+      checked_in!
+    end
+
+    def checked_in!(status = nil)
+      @last_checkin = monotonic
+      @last_checkin_wall = Time.now
+      @last_status = status if status
+    end
+
+    def stopping!(reason, deadline)
+      @stop_reason = reason
+      @stop_deadline = monotonic + deadline
+    end
+
+    def boot_seconds
+      booted? ? @booted_at - @started_at : monotonic - @started_at
+    end
+
+    # Seconds since the worker was last heard from (its boot counts).
+    def silent_for
+      monotonic - (@last_checkin || @started_at)
+    end
+
+    # Threads still running a request past request_timeout_grace: the
+    # thread cannot be freed, so the worker has to be replaced.
+    def stuck_threads
+      @last_status.fetch("engine", {}).fetch("stuck_threads", 0).to_i
+    end
+
+    def requests_count
+      @last_status.fetch("requests_count", 0).to_i
+    end
+
+    # One entry of the stats' worker_status: Puma's fields, then Tsubame's.
+    def to_status
+      {
+        "started_at" => @started_wall.utc.iso8601,
+        "pid" => @pid,
+        "index" => @index,
+        "phase" => @phase,
+        "booted" => booted?,
+        "last_checkin" => @last_checkin_wall&.utc&.iso8601,
+        "last_status" => @last_status,
+        "rss_mb" => @rss_mb,
+        "stopping" => stopping?
+      }
+    end
+
+    def describe
+      adopted? ? "Old worker (PID: #{@pid})" : "Worker #{@index} (PID: #{@pid})"
+    end
+
+    private
+  end
+end

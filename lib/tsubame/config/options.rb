@@ -1,0 +1,445 @@
+# frozen_string_literal: true
+
+require "tsubame/errors"
+require "tsubame/config/bind_uri"
+
+module Tsubame
+  # The one place that knows every setting, its default and its valid values.
+  #
+  # Each source writes to its own layer and a read returns the value from the
+  # highest layer that has one, so precedence does not depend on the order in
+  # which sources happen to be applied:
+  #
+  #   :default  built-in DEFAULTS, plus the few things that only move a
+  #             default (PORT, defaults handed over by a Rack launcher)
+  #   :file     config file directives
+  #   :env      environment variables
+  #   :cli      command-line flags, Rack handler options, and #[]=
+  class Options
+    DEFAULT_HOST = "0.0.0.0"
+    DEFAULT_PORT = 9292
+
+    DEFAULTS = {
+      binds: ["tcp://#{DEFAULT_HOST}:#{DEFAULT_PORT}"].freeze,
+      backlog: 1024,
+      threads_min: 0,
+      threads_max: 5,
+      io_threads: 1,
+      max_body_size: nil,
+      spool_threshold: 262_144,
+      upload_dir: nil,
+      max_uri_size: 12_288,
+      max_header_size: 114_688,
+      max_headers: 100,
+      first_data_timeout: 30.0,
+      persistent_timeout: 20.0,
+      body_timeout: 30.0,
+      drain_timeout: 30.0,
+      log_requests: false,
+      tcp_nodelay: true,
+      request_timeout: nil,
+      request_timeout_grace: 10.0,
+      queue_timeout: 30.0,
+      max_queue: 1024,
+      max_connections: nil,
+      max_spooled_uploads: 32,
+      upload_memory: 67_108_864,
+      retry_after: 1,
+      idle_memory_trim: 10.0,
+      health_check_path: nil,
+      readiness_check_path: nil,
+      readiness_queue_threshold: nil,
+      readiness_queue_wait: 0.25,
+      readiness_hold: 0.5,
+      shutdown_delay: 0.0,
+      handoff_spin: 0.00005,
+      fiber_scheduler: false,
+      fiber_paths: [].freeze,
+      fiber_threads: 1,
+      max_fibers: 10_000,
+      # TLS and HTTP/2 (docs/TLS_HTTP2.md).
+      http2: true,
+      h2c: false,
+      h2_max_concurrent_streams: 100,
+      h2_initial_window_size: 1_048_576,
+      h2_initial_connection_window_size: 4_194_304,
+      trust_forwarded_proto: false,
+      early_hints: false,
+      tls_self_signed: false,
+      environment: "development",
+      rackup: "config.ru",
+      pidfile: nil,
+      lowlevel_error_handler: nil,
+      quiet: false,
+      config_files: [].freeze,
+      # Cluster mode (docs/SIGNALS.md, README "Cluster mode").
+      workers: 0,
+      preload_app: false,
+      worker_timeout: 60.0,
+      worker_boot_timeout: nil,
+      worker_shutdown_timeout: nil,
+      worker_check_interval: 1.0,
+      worker_max_requests: nil,
+      worker_max_memory: nil,
+      control_url: nil,
+      control_token: nil,
+      state_path: nil,
+      redirect_stdout: nil,
+      redirect_stderr: nil,
+      redirect_append: false,
+      tag: nil,
+      tmp_restart: false,
+      wait_for_less_busy_worker: 0.025,
+      before_fork: [].freeze,
+      on_worker_boot: [].freeze,
+      on_worker_shutdown: [].freeze,
+      after_worker_fork: [].freeze,
+      on_booted: [].freeze,
+      on_restart: [].freeze
+    }.freeze
+
+    # What the Rust engine receives; everything else stays on the Ruby side.
+    NATIVE_KEYS = %i[
+      binds backlog threads_min threads_max io_threads max_body_size
+      spool_threshold upload_dir max_uri_size max_header_size max_headers
+      first_data_timeout persistent_timeout body_timeout drain_timeout
+      log_requests tcp_nodelay request_timeout request_timeout_grace
+      queue_timeout max_queue max_connections max_spooled_uploads upload_memory retry_after
+      health_check_path readiness_check_path readiness_queue_threshold
+      readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
+      http2 h2c h2_max_concurrent_streams h2_initial_window_size
+      h2_initial_connection_window_size trust_forwarded_proto
+    ].freeze
+
+    KINDS = {
+      binds: :binds,
+      backlog: :positive_integer,
+      threads_min: :integer,
+      threads_max: :positive_integer,
+      io_threads: :positive_integer,
+      max_body_size: :optional_integer,
+      spool_threshold: :integer,
+      upload_dir: :optional_directory,
+      max_uri_size: :positive_integer,
+      max_header_size: :positive_integer,
+      max_headers: :positive_integer,
+      first_data_timeout: :seconds,
+      persistent_timeout: :seconds,
+      body_timeout: :seconds,
+      drain_timeout: :seconds,
+      log_requests: :boolean,
+      tcp_nodelay: :boolean,
+      request_timeout: :optional_seconds,
+      request_timeout_grace: :seconds,
+      queue_timeout: :optional_seconds,
+      max_queue: :optional_integer,
+      max_connections: :optional_integer,
+      max_spooled_uploads: :positive_integer,
+      upload_memory: :integer,
+      retry_after: :integer,
+      idle_memory_trim: :optional_seconds,
+      health_check_path: :optional_path,
+      readiness_check_path: :optional_path,
+      readiness_queue_threshold: :optional_integer,
+      readiness_queue_wait: :timeout,
+      readiness_hold: :seconds,
+      shutdown_delay: :seconds,
+      handoff_spin: :seconds,
+      fiber_scheduler: :boolean,
+      fiber_paths: :fiber_paths,
+      fiber_threads: :positive_integer,
+      max_fibers: :optional_positive_integer,
+      http2: :boolean,
+      h2c: :boolean,
+      h2_max_concurrent_streams: :positive_integer,
+      h2_initial_window_size: :window_size,
+      h2_initial_connection_window_size: :window_size,
+      trust_forwarded_proto: :boolean,
+      early_hints: :boolean,
+      tls_self_signed: :boolean,
+      environment: :string,
+      rackup: :string,
+      pidfile: :optional_string,
+      lowlevel_error_handler: :optional_callable,
+      quiet: :boolean,
+      config_files: :strings,
+      workers: :integer,
+      preload_app: :boolean,
+      worker_timeout: :timeout,
+      worker_boot_timeout: :optional_timeout,
+      worker_shutdown_timeout: :optional_timeout,
+      worker_check_interval: :timeout,
+      worker_max_requests: :optional_positive_integer,
+      worker_max_memory: :optional_megabytes,
+      control_url: :optional_control_url,
+      control_token: :optional_string,
+      state_path: :optional_string,
+      redirect_stdout: :optional_string,
+      redirect_stderr: :optional_string,
+      redirect_append: :boolean,
+      tag: :optional_string,
+      tmp_restart: :boolean,
+      wait_for_less_busy_worker: :optional_delay,
+      before_fork: :hooks,
+      on_worker_boot: :hooks,
+      on_worker_shutdown: :hooks,
+      after_worker_fork: :hooks,
+      on_booted: :hooks,
+      on_restart: :hooks
+    }.freeze
+
+    LIST_KINDS = %i[binds strings hooks fiber_paths].freeze
+
+    LAYERS = %i[default file env cli].freeze
+
+    THREADS_FORM = /\A\s*(\d+)\s*(?::\s*(\d+)\s*)?\z/.freeze
+
+    # "MIN:MAX", or "N" meaning N:N as Puma's -t does.
+    def self.parse_threads(spec)
+      match = THREADS_FORM.match(spec.to_s)
+      raise ConfigError, "invalid threads #{spec.to_s.inspect}: expected MIN:MAX or N" unless match
+
+      min = Integer(match[1], 10)
+      [min, match[2] ? Integer(match[2], 10) : min]
+    end
+
+    def initialize
+      @layers = LAYERS.to_h { |layer| [layer, {}] }
+    end
+
+    def [](key)
+      check_key(key)
+      LAYERS.reverse_each do |layer|
+        values = @layers[layer]
+        next unless values.key?(key)
+        # An empty list means "not given here", so a layer that never bound
+        # anything does not hide the binds of the layers below it.
+        return values[key] unless values[key].is_a?(Array) && values[key].empty?
+      end
+      DEFAULTS[key]
+    end
+
+    def []=(key, value)
+      set(key, value)
+    end
+
+    def set(key, value, layer: :cli)
+      layer_values(layer)[check_key(key)] = coerce(key, value)
+    end
+
+    # For the list settings (binds, config_files): adds to what this layer
+    # already has instead of replacing it, as repeated -b flags or bind
+    # directives do.
+    def append(key, value, layer: :cli)
+      raise ConfigError, "#{key} is not a list" unless LIST_KINDS.include?(KINDS[check_key(key)])
+
+      values = layer_values(layer)
+      values[key] = coerce(key, Array(values[key]) + [value])
+    end
+
+    def clear(key, layer: :cli)
+      layer_values(layer).delete(check_key(key))
+    end
+
+    # Checked as a pair so a config file line or a flag can report a bad
+    # combination at the place where it was written.
+    def set_threads(min, max, layer: :cli)
+      min = coerce(:threads_min, min)
+      max = coerce(:threads_max, max)
+      check_thread_range(min, max)
+      set(:threads_min, min, layer: layer)
+      set(:threads_max, max, layer: layer)
+    end
+
+    # Catches combinations no single source got wrong, e.g. MAX_THREADS=2
+    # with a config file asking for at least 4.
+    def validate!
+      check_thread_range(self[:threads_min], self[:threads_max])
+      self
+    end
+
+    def to_h
+      DEFAULTS.keys.to_h { |key| [key, self[key]] }
+    end
+
+    def native
+      validate!
+      hash = NATIVE_KEYS.to_h { |key| [key, self[key]] }
+      # quiet is the stronger word: `-q` silences request logs even when a
+      # config file turned them on.
+      hash[:log_requests] = hash[:log_requests] && !self[:quiet]
+      hash[:binds] = hash[:binds].dup
+      hash
+    end
+
+    private
+
+    def layer_values(layer)
+      @layers.fetch(layer) { raise ArgumentError, "unknown layer #{layer.inspect}" }
+    end
+
+    def check_key(key)
+      return key if KINDS.key?(key)
+
+      raise ConfigError, "unknown option '#{key}'"
+    end
+
+    def check_thread_range(min, max)
+      return if min <= max
+
+      raise ConfigError, "min threads (#{min}) must not be greater than max threads (#{max})"
+    end
+
+    def coerce(key, value)
+      case KINDS.fetch(key)
+      when :binds then coerce_binds(value)
+      when :integer then integer(key, value, 0, "a non-negative integer")
+      when :positive_integer then integer(key, value, 1, "a positive integer")
+      when :optional_integer then value.nil? ? nil : integer(key, value, 0, "a non-negative integer or nil")
+      when :seconds then seconds(key, value)
+      # "off" is how a flag (a string) says what nil or false say in a config file.
+      when :optional_seconds then [nil, false, "off"].include?(value) ? nil : positive_seconds(key, value)
+      when :optional_path then value.nil? ? nil : path(key, value)
+      when :optional_directory then value.nil? ? nil : directory(key, value)
+      when :boolean then boolean(key, value)
+      when :string then string(key, value)
+      when :optional_string then value.nil? ? nil : string(key, value)
+      when :optional_callable then callable(key, value)
+      when :strings then Array(value).map { |item| string(key, item) }.freeze
+      else coerce_cluster(key, value)
+      end
+    end
+
+    def coerce_cluster(key, value)
+      case KINDS.fetch(key)
+      when :timeout then timeout(key, value)
+      when :optional_timeout then value.nil? ? nil : timeout(key, value)
+      when :optional_positive_integer then value.nil? ? nil : integer(key, value, 1, "a positive integer or nil")
+      when :optional_megabytes then value.nil? ? nil : megabytes(key, value)
+      when :optional_control_url then value.nil? ? nil : control_url(key, value)
+      when :optional_delay then value.nil? || value == false ? nil : seconds(key, value)
+      when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
+      when :fiber_paths then Array(value).map { |path| fiber_path(key, path) }.freeze
+      when :window_size then window_size(key, value)
+      end
+    end
+
+    # HTTP/2 windows (RFC 9113 §6.9.2): at least the default 65535 here, so
+    # a setting cannot slow every stream to a crawl; at most 2^31-1.
+    def window_size(key, value)
+      number = integer(key, value, 65_535, "a whole number from 65535 to 2147483647")
+      return number if number <= 2_147_483_647
+
+      raise ConfigError, "#{key} must be a whole number from 65535 to 2147483647 (got #{value.inspect})"
+    end
+
+    # A timeout of zero would fire at once; "off" is not offered for these.
+    def timeout(key, value)
+      number = seconds(key, value)
+      raise ConfigError, "#{key} must be more than 0 seconds (got #{value.inspect})" unless number.positive?
+
+      number
+    end
+
+    # A String prefix ("/io/") or a Regexp the engine's regex engine can
+    # take; a Ruby-only construct (lookaround, backreference) is refused
+    # here, where a config file error can name its line.
+    def fiber_path(key, value)
+      case value
+      when String
+        return path(key, value)
+      when Regexp
+        require "tsubame/tsubame_native"
+        problem = Native.fiber_path_error(value)
+        return value unless problem
+
+        raise ConfigError, problem
+      end
+      raise ConfigError, "#{key} entries must be path prefixes (Strings) or Regexps (got #{value.inspect})"
+    end
+
+    def megabytes(key, value)
+      number = Float(value) if value.is_a?(String) || value.is_a?(Numeric)
+      return number if number&.finite? && number.positive?
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be a positive number of megabytes (got #{value.inspect})"
+    end
+
+    def control_url(key, value)
+      text = value.to_s
+      return BindURI.validate(text) if text.start_with?("tcp://", "unix://")
+
+      raise ConfigError, "#{key} must be tcp://HOST:PORT or unix://PATH (got #{value.inspect})"
+    end
+
+    def coerce_binds(value)
+      Array(value).map { |uri| BindURI.validate(uri) }.freeze
+    end
+
+    def integer(key, value, minimum, description)
+      number = value.is_a?(String) ? Integer(value, 10) : value
+      return number if number.is_a?(Integer) && number >= minimum
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be #{description} (got #{value.inspect})"
+    end
+
+    # Off is spelled nil (or false), so zero is a mistake worth reporting.
+    def positive_seconds(key, value)
+      number = seconds(key, value)
+      raise ConfigError, "#{key} must be more than 0 seconds, or nil to turn it off" unless number.positive?
+
+      number
+    end
+
+    def path(key, value)
+      text = string(key, value)
+      raise ConfigError, "#{key} must start with '/' (got #{text.inspect})" unless text.start_with?("/")
+
+      text
+    end
+
+    # Checked at boot, so a typo is a config error rather than a 500 for
+    # the first large upload.
+    def directory(key, value)
+      text = string(key, value)
+      return text if File.directory?(text) && File.writable?(text)
+
+      raise ConfigError, "#{key} must be an existing, writable directory (got #{text.inspect})"
+    end
+
+    def seconds(key, value)
+      number = Float(value) if value.is_a?(String) || (value.is_a?(Numeric) && value.real?)
+      # Infinity and NaN cannot become a duration on the Rust side.
+      return number if number&.finite? && number >= 0
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be a non-negative number of seconds (got #{value.inspect})"
+    end
+
+    def boolean(key, value)
+      return value if [true, false].include?(value)
+
+      raise ConfigError, "#{key} must be true or false (got #{value.inspect})"
+    end
+
+    def string(key, value)
+      text = value.is_a?(Symbol) ? value.to_s : value
+      # `b`: a path may hold bytes that are not valid in its encoding
+      # (`strip` raises on those); Rust takes a path as bytes.
+      return text.dup.freeze if text.is_a?(String) && !text.b.strip.empty?
+
+      raise ConfigError, "#{key} must be a non-empty string (got #{value.inspect})"
+    end
+
+    def callable(key, value)
+      return value if value.nil? || value.respond_to?(:call)
+
+      raise ConfigError, "#{key} must respond to #call (got #{value.inspect})"
+    end
+  end
+end

@@ -1,0 +1,166 @@
+# frozen_string_literal: true
+
+require "socket"
+require "tsubame/errors"
+require "tsubame/restart/hot_restart"
+
+module Tsubame
+  # The listening sockets, owned by Ruby rather than by an engine.
+  #
+  # An engine closes its listeners when it stops, which is right for one
+  # process but not for several sharing them: cluster workers come and go
+  # while the master keeps the sockets open, and a hot restart carries them
+  # across exec. So the sockets are bound here, and every engine adopts a
+  # duplicate with an `fd://N` bind (crates/tsubame-engine/src/bind.rs);
+  # the socket closes when its last holder lets go.
+  class Listeners
+    Entry = Struct.new(:uri, :address, :io)
+
+    # Binds each URI, adopting the sockets a hot restart handed over for
+    # the same URI instead of binding again (which would fail, or pick a
+    # new port for port 0). On failure nothing stays open.
+    #
+    # adopt_only: for a hot restart's stand-in, which serves only the
+    # sockets handed over and owns none (closing them must not remove a
+    # unix socket's file): a bind new in the config is left to the
+    # re-executed process, which would fail to bind it again.
+    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds, adopt_only: false)
+      entries = []
+      binds.each do |uri|
+        if (fds = inherited.delete(uri))
+          fds.each { |fd| entries << adopt(uri, fd) }
+        elsif !adopt_only
+          Native.bind_listeners(uri, backlog).each do |address, fd|
+            entries << Entry.new(uri, address, socket_for(fd))
+          end
+        end
+      end
+      # A bind removed from the config since the restart: let it go.
+      inherited.each_value { |fds| fds.each { |fd| close_fd(fd) } }
+      inherited.clear
+      new(entries, owner: !adopt_only)
+    rescue StandardError
+      entries&.each { |entry| entry.io.close unless entry.io.closed? }
+      raise
+    end
+
+    def self.adopt(uri, fd)
+      io = socket_for(fd)
+      address = address_of(io)
+      address = address.sub(%r{\Atcp://}, "ssl://") if uri.start_with?("ssl://")
+      Entry.new(uri, address, io)
+    rescue SystemCallError => e
+      raise BindError, "#{uri}: cannot adopt inherited descriptor #{fd}: #{e.message}"
+    end
+
+    def self.socket_for(fd)
+      io = Socket.for_fd(fd)
+      # Kept only by an explicit hot restart, never by some other exec.
+      io.close_on_exec = true
+      io
+    end
+
+    def self.address_of(io)
+      addr = io.local_address
+      return "unix://#{addr.unix_path}" if addr.unix?
+
+      host = addr.ipv6? ? "[#{addr.ip_address}]" : addr.ip_address
+      "tcp://#{host}:#{addr.ip_port}"
+    end
+
+    def self.close_fd(fd)
+      IO.for_fd(fd).close
+    rescue SystemCallError, ArgumentError
+      nil
+    end
+
+    private_class_method :adopt, :socket_for, :address_of, :close_fd
+
+    # owner: whether closing also removes unix socket files. A worker's
+    # copies are not the owner: the socket outlives it, so must the file.
+    def initialize(entries, owner:)
+      @entries = entries.freeze
+      @owner = owner
+    end
+
+    def addresses
+      @entries.map(&:address)
+    end
+
+    # Bind parameters that describe the protocol rather than the socket,
+    # so they go with the descriptor to the engine.
+    PROTOCOL_KEYS = %w[ssl cert key ca verify_mode h2c no_tlsv1 no_tlsv1_1].freeze
+
+    # What an engine is given instead of the configured binds: the
+    # descriptor plus the bind's TLS settings (checked already, when the
+    # socket was bound from the full URI).
+    # busy_accept_delay: see crates/tsubame-engine/src/accept.rs.
+    def native_binds(busy_accept_delay: nil)
+      @entries.map do |entry|
+        params = protocol_params(entry.uri)
+        params << "busy_accept_delay=#{Float(busy_accept_delay)}" if busy_accept_delay
+        "fd://#{entry.io.fileno}#{"?#{params.join("&")}" unless params.empty?}"
+      end
+    end
+
+    # The same sockets, for a forked worker to adopt and close.
+    def for_worker
+      self.class.new(@entries, owner: false)
+    end
+
+    def closed?
+      @entries.all? { |entry| entry.io.closed? }
+    end
+
+    # Safe to call twice. Removing a unix socket's file first means clients
+    # are refused at once instead of waiting on a socket nobody accepts on.
+    def close
+      @entries.each do |entry|
+        next if entry.io.closed?
+
+        unlink(entry.address) if @owner
+        entry.io.close
+      end
+    end
+
+    # { configured URI => [fd, ...] } with close-on-exec cleared, for a hot
+    # restart: the sockets survive exec under the same numbers.
+    def inheritable
+      @entries.each { |entry| entry.io.close_on_exec = false }
+      descriptors
+    end
+
+    # { configured URI => [fd, ...] }, as they are.
+    def descriptors
+      @entries.each_with_object({}) { |entry, map| (map[entry.uri] ||= []) << entry.io.fileno }
+    end
+
+    def empty?
+      @entries.empty?
+    end
+
+    # After a failed exec: back to closing on exec.
+    def keep_private
+      @entries.each { |entry| entry.io.close_on_exec = true unless entry.io.closed? }
+    end
+
+    private
+
+    def protocol_params(uri)
+      scheme, rest = uri.split("://", 2)
+      query = rest.to_s.split("?", 2)[1].to_s
+      params = query.split("&").select { |pair| PROTOCOL_KEYS.include?(pair.split("=", 2).first) }
+      params.unshift("ssl=true") if scheme == "ssl"
+      params
+    end
+
+    def unlink(address)
+      path = address.delete_prefix("unix://")
+      return if path == address
+
+      File.delete(path) if File.socket?(path)
+    rescue SystemCallError
+      nil
+    end
+  end
+end

@@ -1,0 +1,316 @@
+# frozen_string_literal: true
+
+require "socket"
+# Rack 2.2's Rack::Lint checks SERVER_NAME with URI.parse but never
+# requires uri (and rescues the NameError), so without this every request
+# to a Lint-wrapped app failed until something else happened to load it.
+require "uri"
+require "rack"
+require "tsubame/version"
+require "tsubame/errors"
+require "tsubame/tsubame_native"
+require "tsubame/serve/stream"
+require "tsubame/serve/app_errors"
+require "tsubame/serve/listeners"
+require "tsubame/serve/self_signed"
+require "tsubame/serve/request_timeouts"
+require "tsubame/config/bind_uri"
+require "tsubame/support/clock"
+require "tsubame/fiber/loop"
+require "tsubame/fiber/routes"
+require "tsubame/serve/idle_memory"
+require "tsubame/support/named_thread"
+
+module Tsubame
+  # Runs a Rack app on the native engine: the engine reads whole requests
+  # and queues them; a pool of Ruby threads takes them (waiting with the GVL
+  # released), calls the app, and hands the response back to the engine.
+  class Server
+    include Clock
+
+    RACK3 = Gem::Version.new(Rack.release) >= Gem::Version.new("3.0")
+
+    # Seconds the app threads get, all together, to finish once the engine
+    # has stopped; then those still running (stuck in the app after a drain
+    # timeout) are killed. One shared deadline, so N stuck threads do not
+    # cost N seconds.
+    THREAD_GRACE = 1.0
+
+    attr_reader :app, :options
+
+    # listeners: sockets bound elsewhere (a cluster worker's, inherited from
+    # the master); by default the server binds options[:binds] itself.
+    # busy_accept_delay: for cluster workers sharing those sockets, how long
+    # to hold back from a new connection while no thread is idle, so an
+    # idle worker takes it first.
+    def initialize(app, options, listeners: nil, busy_accept_delay: nil)
+      @app = app
+      @options = options
+      @listeners = listeners
+      @busy_accept_delay = busy_accept_delay
+      @native = nil
+      @fiber_mode = false
+      @threads = []
+      @fiber_loops = []
+      @idle_memory = nil
+      @stopping = false
+      @events = Thread::Queue.new
+      @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
+    end
+
+    # Binds every listener; raises Tsubame::BindError naming the bind. The
+    # engine adopts duplicates of the sockets (see Listeners), so they can
+    # outlive it: a hot restart hands them to the next process.
+    def bind
+      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @native ||= begin
+        native = FiberRoutes.apply(@options.native)
+        native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
+        @fiber_mode = native[:fiber_scheduler]
+        Native::Server.new(native)
+      end
+      self
+    end
+
+    def listeners
+      bind
+      @listeners
+    end
+
+    def tls?
+      @options[:binds].any? { |uri| BindURI.tls?(uri) }
+    end
+
+    def addresses
+      bind
+      @native.addresses
+    end
+
+    def start
+      bind
+      @base_env = base_env
+      @early_hints = @options[:early_hints]
+      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
+      @native.start
+      @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
+      @fiber_loops = start_fiber_loops
+      @timeouts.start(@threads, @fiber_loops)
+      @idle_memory = IdleMemory.new(@native, @options[:idle_memory_trim]).start if @options[:idle_memory_trim]
+      self
+    end
+
+    # The lame-duck period (shutdown_delay): readiness answers 503 and
+    # responses close their connections, while everything is still served.
+    # Safe to call from a trap handler.
+    def enter_lame_duck
+      @stopping = true
+      @native&.enter_lame_duck
+    end
+
+    # Whether a stop (or the lame duck before one) has begun; a hot restart
+    # asked for then must not turn the stop into a restart.
+    def stopping?
+      @stopping
+    end
+
+    # Begins a graceful stop. Safe to call from a trap handler.
+    # close_listeners: false keeps the sockets open (for a hot restart, or
+    # for a cluster master that still holds them); #wait then leaves them
+    # to the caller.
+    def stop(close_listeners: true)
+      @stopping = true
+      @native&.stop
+      # Closed by #wait's thread, not here: a trap handler should do no I/O.
+      @events << :close_listeners if close_listeners
+    end
+
+    # Blocks until the engine has drained, then until the threads finish.
+    # Returns :drained, or :timed_out when drain_timeout cut requests short.
+    #
+    # The native wait runs on a helper thread while this one sleeps in
+    # Queue#pop: Ruby delivers signals (and runs trap handlers) only to a
+    # main thread sleeping in Ruby, not one blocked inside an extension.
+    #
+    # Once the engine stopped accepting, closing our copies of the sockets
+    # lets the kernel refuse new clients at once, instead of queueing them
+    # on a socket nobody will accept on again.
+    def wait
+      waiter = Thread.new { @events << [:stopped, @native.wait] }
+      outcome = nil
+      until outcome
+        event = @events.pop
+        if event == :close_listeners
+          @listeners.close
+        else
+          outcome = event.last
+        end
+      end
+      waiter.join
+      @idle_memory&.stop
+      join_threads
+      outcome
+    end
+
+    def run
+      start
+      wait
+    end
+
+    def stats
+      @native.stats
+    end
+
+    # HUP with TLS binds: new handshakes get the certificate and key now on
+    # disk, open connections keep theirs. A file that cannot be used is
+    # logged by name and that bind keeps its old certificate.
+    def reload_tls(log = $stdout)
+      count = @native.reload_tls
+      log.puts "- TLS certificates reloaded (#{count} bind#{"s" unless count == 1})"
+    rescue BindError => e
+      log.puts "! TLS certificate reload failed, keeping the old certificates: #{e.message}"
+    end
+
+    # Puma's names for what a worker reports to the master (the "last_status"
+    # of its stats), plus Tsubame's own. Threads are all started at boot, so
+    # "running" (threads spawned) is the maximum.
+    def status
+      stats = self.stats
+      max = @options[:threads_max]
+      idle = [stats["waiting_threads"].to_i, max].min
+      backlog = stats["backlog"].to_i
+      {
+        "backlog" => backlog,
+        "running" => max,
+        "pool_capacity" => idle,
+        "max_threads" => max,
+        "busy_threads" => max - idle + backlog,
+        "requests_count" => stats["requests_total"].to_i,
+        "requests_in_flight" => max - idle,
+        "connections_active" => stats["connections_active"].to_i,
+        "app_errors" => @app_errors.count,
+        "engine" => stats
+      }
+    end
+
+    private
+
+    # Fiber mode (docs/FIBERS.md): threads running the requests the engine
+    # routes to fibers, next to the thread pool.
+    def start_fiber_loops
+      return [] unless @fiber_mode
+
+      handle = ->(request) { handle(request, env_for(request)) }
+      Array.new(@options[:fiber_threads]) do |index|
+        FiberLoop.new(@native, index, handle, @app_errors.method(:log_line)).start
+      end
+    end
+
+    def join_threads
+      deadline = monotonic + THREAD_GRACE
+      (@threads + @fiber_loops.map(&:thread)).each do |thread|
+        left = deadline - monotonic
+        thread.join([left, 0].max) || thread.kill
+      end
+    end
+
+    def spawn_thread(index)
+      NamedThread.start("tsubame-#{index}") { serve_requests(index) }
+    end
+
+    def serve_requests(index)
+      native = @native
+      timeouts = @timeouts
+      timeouts.worker do
+        while (request = native.next_request)
+          timeouts.run(index, request) { handle(request, env_for(request)) }
+        end
+      end
+    end
+
+    # The Rack env of a request, the same whether a pool thread or a fiber
+    # loop runs it.
+    def env_for(request)
+      env = request.env(@base_env)
+      env["rack.early_hints"] = request.method(:early_hints) if @early_hints
+      env
+    end
+
+    def handle(request, env)
+      status = headers = body = error = nil
+      input = env["rack.input"]
+      begin
+        status, headers, body = @app.call(env)
+        return if request.hijacked?
+
+        result = request.respond(status, headers, body)
+        stream(result, headers, body) unless result == true
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        # Anything the app raises, including ScriptError and timeouts, is
+        # the request's failure, not the server's.
+        error = e
+        status = @app_errors.answer(request, env, e)
+      ensure
+        close_body(body, env)
+        finish(env, status, headers, error)
+        # After a full hijack the app may still be reading the body on
+        # its own thread; otherwise the request is over.
+        input.release unless request.hijacked?
+      end
+    end
+
+    def stream(stream, headers, body)
+      if (hijack = headers["rack.hijack"])
+        hijack.call(stream)
+      elsif body.respond_to?(:each)
+        body.each { |chunk| stream.write(chunk) }
+        stream.close
+      else
+        body.call(stream)
+      end
+    rescue Exception # rubocop:disable Lint/RescueException
+      stream.abort
+      raise
+    end
+
+    def close_body(body, env)
+      body.close if body.respond_to?(:close)
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      @app_errors.log(e, env, "closing the response body")
+    end
+
+    # rack.response_finished (Rack 3) callbacks take (env, status, headers,
+    # error); Puma's rack.after_reply callbacks take none. Both keys hold
+    # the same list, so each callback is called the way its arity asks.
+    def finish(env, status, headers, error)
+      callbacks = env["rack.response_finished"]
+      return if callbacks.nil? || callbacks.empty?
+
+      callbacks.reverse_each do |callback|
+        if callback.respond_to?(:arity) && callback.arity.zero?
+          callback.call
+        else
+          callback.call(env, status, headers, error)
+        end
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        @app_errors.log(e, env, "in a response_finished callback")
+      end
+    end
+
+    def base_env
+      env = {
+        "rack.errors" => $stderr,
+        "rack.multithread" => @options[:threads_max] > 1,
+        "rack.multiprocess" => false,
+        "rack.run_once" => false,
+        "rack.url_scheme" => "http",
+        "rack.hijack?" => true,
+        "SCRIPT_NAME" => ENV.fetch("SCRIPT_NAME", ""),
+        "SERVER_SOFTWARE" => "Tsubame #{VERSION}",
+        "GATEWAY_INTERFACE" => "CGI/1.2"
+      }
+      env["rack.version"] = Rack::VERSION unless RACK3
+      env.each_value { |value| value.freeze if value.is_a?(String) }
+      env.freeze
+    end
+  end
+end

@@ -1,0 +1,225 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+
+module Tsubame
+  # exe/tsubame in cluster mode, with the control app on a unix socket so
+  # tests can ask the master what its workers are doing.
+  class ClusterServer < TestServer
+    TOKEN = "test-token"
+    BOOTED = /- Worker (\d+) \(PID: (\d+)\) booted/.freeze
+
+    attr_reader :control_dir, :control_path
+
+    def initialize(rackup, workers: 2, config: nil, args: [], env: {}, unix: false)
+      @control_dir = Dir.mktmpdir("tsubame-ctl")
+      @control_path = File.join(@control_dir, "ctl.sock")
+      extra = ["-w", workers.to_s, "--control-url", "unix://#{@control_path}", "--control-token", TOKEN]
+      if config
+        File.write(File.join(@control_dir, "cluster.rb"), config)
+        extra += ["-C", File.join(@control_dir, "cluster.rb")]
+      end
+      super(rackup, args: extra + args, env: env, unix: unix)
+      wait_for_workers(workers) if workers.positive?
+    end
+
+    # The rackup file the server was started with (TestServer writes it).
+    def rackup_path
+      File.join(@dir, "config.ru")
+    end
+
+    # { "workers" => ..., "worker_status" => [...] } from the control app.
+    def stats
+      control("stats")
+    end
+
+    def control(action)
+      socket = UNIXSocket.new(@control_path)
+      socket.write("GET /#{action}?token=#{TOKEN} HTTP/1.1\r\nHost: ctl\r\n\r\n")
+      response = socket.read
+      JSON.parse(response.split("\r\n\r\n", 2).last)
+    ensure
+      socket&.close
+    end
+
+    # Waits until `count` workers of the current phase have booted; returns
+    # their pids by index.
+    def wait_for_workers(count, timeout: 15, phase: nil)
+      wait_until(timeout, "#{count} booted workers") do
+        booted = booted_workers(phase)
+        booted.size == count ? booted : nil
+      end
+    end
+
+    def booted_workers(phase = nil)
+      status = stats
+      phase ||= status["phase"]
+      status["worker_status"]
+        .select { |w| w["booted"] && !w["stopping"] && w["phase"] == phase }
+        .to_h { |w| [w["index"], w["pid"]] }
+    rescue SystemCallError, JSON::ParserError
+      # Between an old master's exec and the new one's control app.
+      {}
+    end
+
+    def wait_until(timeout, what)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        result = yield
+        return result if result
+        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          raise "timed out waiting for #{what}\n#{stdout}\n#{stderr}"
+        end
+
+        sleep 0.05
+      end
+    end
+
+    # Every worker pid the log ever mentioned booting.
+    def logged_worker_pids
+      stdout.scan(BOOTED).map { |_, pid| pid.to_i }
+    end
+
+    def alive?(pid)
+      Process.kill(0, pid)
+      true
+    rescue Errno::ESRCH
+      false
+    end
+
+    # Also kills the workers: a test that failed half way must not leave
+    # them serving (they would stop on their own within a second anyway).
+    def kill
+      pids = logged_worker_pids
+      super
+      pids.each do |pid|
+        Process.kill("KILL", pid)
+      rescue Errno::ESRCH
+        nil
+      end
+      FileUtils.rm_rf(@control_dir)
+    end
+  end
+
+  # A client that keeps sending requests, each on a new connection, with
+  # no retries (Net::HTTP would silently retry a failed GET once), and
+  # records every outcome with its start and end times. Each request
+  # carries ?id=N, so a test can tell from the app's $REQUEST_LOG which
+  # requests reached it.
+  class LoadLoop
+    Result = Struct.new(:started, :finished, :outcome, :detail, :id)
+
+    attr_reader :results
+
+    def initialize(port, path: "/", clients: 2)
+      @port = port
+      @path = path
+      @stop = false
+      @results = Queue.new
+      @ids = 0
+      @ids_lock = Mutex.new
+      @threads = Array.new(clients) { Thread.new { run } }
+    end
+
+    def stop
+      @stop = true
+      @threads.each(&:join)
+      @all = []
+      @all << @results.pop until @results.empty?
+      self
+    end
+
+    def all
+      @all || raise("stop the loop first")
+    end
+
+    def ok
+      all.select { |r| r.outcome == :ok }
+    end
+
+    # Anything but a full 200, except a refused connection (the server had
+    # closed its listeners: that client was never accepted).
+    def failures
+      all.reject { |r| %i[ok refused].include?(r.outcome) }
+    end
+
+    def refused
+      all.select { |r| r.outcome == :refused }
+    end
+
+    private
+
+    def now
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+
+    def run
+      request until @stop
+    end
+
+    def request
+      id = @ids_lock.synchronize { @ids += 1 }
+      started = now
+      http = Net::HTTP.new("127.0.0.1", @port)
+      http.open_timeout = 5
+      http.read_timeout = 15
+      http.max_retries = 0
+      response = http.start { |h| h.get("#{@path}?id=#{id}") }
+      outcome = response.code == "200" ? :ok : :status
+      @results << Result.new(started, now, outcome, "#{response.code} #{response.body}", id)
+    rescue Errno::ECONNREFUSED, Errno::ENOENT => e
+      @results << Result.new(started, now, :refused, e.class.name, id)
+      sleep 0.01
+    rescue StandardError => e
+      @results << Result.new(started, now, :error, "#{e.class}: #{e.message}", id)
+    end
+  end
+
+  module ClusterHelpers
+    include TestHelpers
+
+    # Answers its pid; /slow?S sleeps S seconds first, after creating the
+    # file $SLOW_MARK (when set) so a test knows the request is in flight.
+    # With $REQUEST_LOG set, appends each request's query string to it.
+    PID_APP = <<~RUBY
+      run lambda { |env|
+        File.write(ENV["REQUEST_LOG"], "\#{env["QUERY_STRING"]}\n", mode: "a") if ENV["REQUEST_LOG"]
+        if env["PATH_INFO"] == "/slow"
+          File.write(ENV["SLOW_MARK"], "") if ENV["SLOW_MARK"]
+          sleep Float(env["QUERY_STRING"])
+        end
+        [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
+      }
+    RUBY
+
+    # Sends GET /slow?seconds in a thread and returns it once the app has
+    # started on it (the server must run with SLOW_MARK=mark). The thread's
+    # value is [status code or error class, body or message].
+    def slow_request(server, seconds, mark)
+      File.delete(mark) if File.exist?(mark)
+      thread = Thread.new do
+        http = Net::HTTP.new("127.0.0.1", server.port)
+        http.read_timeout = 30
+        http.max_retries = 0
+        response = http.start { |h| h.get("/slow?#{seconds}") }
+        [response.code, response.body]
+      rescue StandardError => e
+        [e.class.name, e.message]
+      end
+      Timeout.timeout(10) { sleep 0.01 until File.exist?(mark) || !thread.alive? }
+      thread
+    end
+
+    def with_cluster(rackup = PID_APP, **opts)
+      server = ClusterServer.new(rackup, **opts)
+      yield server
+    ensure
+      server&.kill
+    end
+
+    def get_pid(server, path = "/")
+      Net::HTTP.get(URI("http://127.0.0.1:#{server.port}#{path}")).to_i
+    end
+  end
+end

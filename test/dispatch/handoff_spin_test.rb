@@ -1,0 +1,51 @@
+# frozen_string_literal: true
+
+require "test_helper"
+
+# handoff_spin (docs/ARCHITECTURE.md, "Hand-offs"): a thread that ran out
+# of work stays awake a moment for the next one, so requests one after
+# another on one connection do not each put the app thread to sleep and
+# wake it again. Counted with the kernel's switch counters of the app
+# thread (tsubame-0) under wrk -c1.
+class HandoffSpinTest < Minitest::Test
+  include Tsubame::TestHelpers
+
+  APP = "run ->(_env) { [200, { \"content-type\" => \"text/plain\" }, [\"ok\"]] }\n"
+
+  # The pool names its threads as they start, which on a loaded machine
+  # can be after the server says it is listening: waited for, not assumed.
+  def app_thread_task(pid)
+    deadline = monotonic + 10
+    loop do
+      task = Dir["/proc/#{pid}/task/*"].find { |t| File.read("#{t}/comm").strip == "tsubame-0" rescue false }
+      return task if task
+      flunk "no thread named tsubame-0 in #{pid}" if monotonic > deadline
+      sleep 0.02
+    end
+  end
+
+  def sleeps_of_app_thread(task)
+    File.read("#{task}/status")[/^voluntary_ctxt_switches:\s+(\d+)/, 1].to_i
+  end
+
+  # Voluntary context switches of the app thread per request.
+  def switches_per_request(spin)
+    with_server(APP, args: ["-t", "1:1", "--handoff-spin", spin]) do |s|
+      task = app_thread_task(s.pid)
+      before = sleeps_of_app_thread(task)
+      out = `wrk -t1 -c1 -d1s http://127.0.0.1:#{s.port}/ 2>&1`
+      requests = out[/(\d+) requests in/, 1].to_i
+      assert_operator requests, :>, 100, out
+      (sleeps_of_app_thread(task) - before).fdiv(requests)
+    end
+  end
+
+  def test_the_app_thread_stays_awake_between_requests_only_with_the_spin
+    off = switches_per_request("0")
+    # 5 ms rather than the default 50 us: the test is about the mechanism,
+    # and on a loaded machine a round trip through wrk can take ms.
+    on = switches_per_request("0.005")
+    assert_operator off, :>, 0.8, "without the spin the thread sleeps after each request"
+    assert_operator on, :<, off / 2, "with it most requests find the thread awake (off #{off.round(2)}, on #{on.round(2)})"
+  end
+end

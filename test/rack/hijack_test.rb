@@ -1,0 +1,212 @@
+# frozen_string_literal: true
+
+require "rack/support"
+
+# rack.hijack (full and partial) and the callbacks that run after a
+# response: rack.response_finished and rack.after_reply.
+class RackHijackTest < Minitest::Test
+  include Tsubame::TestHelpers
+  include Tsubame::RackSupport
+
+  RAW_RESPONSE = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Hijacked: full\r\nConnection: close\r\n\r\nraw body from the app"
+
+  APP = <<~'RUBY'
+    RAW = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Hijacked: full\r\nConnection: close\r\n\r\nraw body from the app"
+    log = lambda do |line|
+      File.open(ENV.fetch("EVENT_LOG"), "a") { |f| f.puts(line) }
+    end
+
+    app = lambda do |env|
+      case env["PATH_INFO"]
+      when "/full"
+        io = env["rack.hijack"].call
+        io_ok = Rack.release.start_with?("2.") ? env["rack.hijack_io"].equal?(io) : true
+        log.call("full hijack io=#{io.class} hijack_io_set=#{io_ok}")
+        io.write(RAW)
+        io.close
+        [-1, {}, []]
+      when "/full-lint"
+        io = env["rack.hijack"].call
+        log.call("lint hijack_io_set=#{!env["rack.hijack_io"].nil?}")
+        io.write(RAW)
+        io.close
+        [200, {}, []]
+      when "/full-echo"
+        # The hijacked socket reads what the client sends after the request.
+        io = env["rack.hijack"].call
+        io.write("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+        line = io.gets
+        io.write("echo: #{line}")
+        io.close
+        [200, {}, []]
+      when "/partial", "/partial-lint"
+        lint = env["PATH_INFO"].end_with?("-lint")
+        hijack = lambda do |stream|
+          stream.write("partial raw ")
+          # Rack 2 Lint's wrapper has write but not <<.
+          lint ? stream.write("bytes") : stream << "bytes"
+          stream.close
+          log.call("partial done")
+        end
+        [200, { "content-type" => "text/plain", "x-partial" => "yes", "rack.hijack" => hijack }, ["ignored body"]]
+      when "/finished"
+        env["rack.response_finished"] << lambda do |e, status, headers, error|
+          log.call("response_finished #{e["PATH_INFO"]} #{status} #{headers["x-mark"]} #{error.inspect}")
+        end
+        env["rack.after_reply"] << -> { log.call("after_reply") }
+        [200, { "content-type" => "text/plain", "x-mark" => "m1" }, ["finished body"]]
+      when "/finished-slow"
+        env["rack.response_finished"] << lambda do |*|
+          # Held until the test has the response (or 10 s pass), so
+          # "sent before the callback finished" needs no clock.
+          release = "#{ENV.fetch("EVENT_LOG")}.release"
+          deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+          sleep 0.01 until File.exist?(release) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          log.call("slow callback done")
+        end
+        [200, { "content-type" => "text/plain" }, ["fast"]]
+      when "/finished-error"
+        env["rack.response_finished"] << lambda do |_e, status, _headers, error|
+          log.call("after error #{status} #{error.class}: #{error&.message}")
+        end
+        env["rack.after_reply"] << -> { raise "callback-failure-marker" }
+        raise "finished-error-marker"
+      else
+        [200, { "content-type" => "text/plain" }, ["ok"]]
+      end
+    end
+
+    run(lambda do |env|
+      if env["PATH_INFO"].end_with?("-lint")
+        require "rack/lint"
+        Rack::Lint.new(app).call(env)
+      else
+        app.call(env)
+      end
+    end)
+  RUBY
+
+  def setup
+    @dir = Dir.mktmpdir("tsubame-rack-hijack")
+    @log = File.join(@dir, "events.log")
+  end
+
+  def teardown
+    FileUtils.rm_rf(@dir)
+  end
+
+  def serve(&block)
+    with_server(APP, env: { "EVENT_LOG" => @log }, &block)
+  end
+
+  def log_with(text)
+    wait_for_file(@log) { |t| t.include?(text) }.to_s
+  end
+
+  def test_full_hijack_sends_exactly_the_apps_bytes
+    serve do |s|
+      # Keep-alive request: the app closing the socket ends the exchange.
+      data, closed = raw_exchange(s, get_bytes("/full"))
+      assert_equal RAW_RESPONSE, data
+      assert closed, "closed when the app closed the IO"
+      assert_includes log_with("full hijack"), "hijack_io_set=true"
+      assert_match(/io=(BasicSocket|Socket|TCPSocket)/, File.read(@log))
+      assert_equal "ok", s.get("/").body, "server keeps serving"
+      assert_equal "", s.stderr
+    end
+  end
+
+  def test_full_hijack_under_lint
+    serve do |s|
+      data, closed = raw_exchange(s, get_bytes("/full-lint"))
+      assert_equal RAW_RESPONSE, data, s.stderr
+      assert closed
+      assert_includes log_with("lint"), "lint hijack_io_set=true"
+      refute_match(/LintError/, s.stderr)
+    end
+  end
+
+  def test_full_hijack_socket_is_bidirectional
+    serve do |s|
+      sock = s.socket
+      sock.write(get_bytes("/full-echo"))
+      head = +""
+      head << sock.readpartial(1024) until head.include?("\r\n\r\n")
+      assert_equal "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", head
+      sock.write("ping over the hijacked socket\n")
+      rest, closed = read_until_close(sock, 5)
+      assert_equal "echo: ping over the hijacked socket\n", rest
+      assert closed
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_partial_hijack_sends_head_then_raw_bytes
+    serve do |s|
+      data, closed = raw_exchange(s, get_bytes("/partial"))
+      head, body = data.split("\r\n\r\n", 2)
+      lines = head.split("\r\n")
+      assert_equal "HTTP/1.1 200 OK", lines.shift
+      headers = lines.map { |l| l.split(": ", 2) }
+      assert_includes headers, %w[content-type text/plain]
+      assert_includes headers, %w[x-partial yes]
+      refute(headers.any? { |(name, _)| name.start_with?("rack.") }, "rack.hijack is not sent")
+      refute(headers.any? { |(name, _)| name.match?(/\A(content-length|transfer-encoding)\z/i) }, "the app frames the rest")
+      assert_equal "partial raw bytes", body, "raw bytes, not chunked, body array ignored"
+      assert closed, "closed when the app closed the stream"
+      assert_includes log_with("partial done"), "partial done"
+    end
+  end
+
+  def test_partial_hijack_under_lint
+    serve do |s|
+      data, closed = raw_exchange(s, get_bytes("/partial-lint"))
+      assert_match %r{\AHTTP/1\.1 200 OK\r\n.*x-partial: yes\r\n.*\r\n\r\npartial raw bytes\z}m, data, s.stderr
+      assert closed
+      refute_match(/LintError/, s.stderr)
+    end
+  end
+
+  def test_response_finished_and_after_reply_run_after_the_response
+    serve do |s|
+      res = s.get("/finished")
+      assert_equal "finished body", res.body
+      log = log_with("after_reply")
+      assert_includes log, "response_finished /finished 200 m1 nil\n"
+      assert_includes log, "after_reply\n"
+    end
+  end
+
+  def test_response_finished_does_not_delay_the_response
+    serve do |s|
+      reply = exchange(s, get_bytes("/finished-slow", { "Connection" => "close" }))
+      assert_equal "fast", reply.body
+      refute File.exist?(@log) && File.read(@log).include?("slow callback done"),
+             "the response came while the callback was still held"
+      File.write("#{@log}.release", "")
+      assert_includes log_with("slow callback done"), "slow callback done\n"
+    end
+  end
+
+  def test_response_finished_gets_the_error
+    serve do |s|
+      res = s.get("/finished-error")
+      assert_equal "500", res.code
+      assert_includes log_with("after error"), "after error 500 RuntimeError: finished-error-marker\n"
+      stderr = wait_until { s.stderr.then { |t| t if t.include?("callback-failure-marker") } }.to_s
+      assert_match(/RuntimeError: callback-failure-marker/, stderr, "a failing callback is logged")
+      assert_equal "ok", s.get("/").body
+    end
+  end
+
+  private
+
+  def raw_exchange(server, bytes, timeout: 5)
+    sock = server.socket
+    sock.write(bytes)
+    read_until_close(sock, timeout)
+  ensure
+    sock&.close
+  end
+end

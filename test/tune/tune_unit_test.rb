@@ -1,0 +1,385 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "stringio"
+require "tsubame/tune/command"
+
+# The parts of `tsubame tune` that need no server: SLO and flag parsing,
+# grid sizing, the rate search, the recommendation and the reports.
+# test/tune/tune_test.rb runs the command against real servers.
+class TuneUnitTest < Minitest::Test
+  include Tsubame::TestHelpers
+  Tune = Tsubame::Tune
+
+  def test_slo_parses_limits_in_milliseconds
+    slo = Tune::SLO.parse("p95=200ms")
+    assert_equal({ "p95" => 200.0 }, slo.limits)
+    assert_in_delta 99.9, slo.success
+    slo = Tune::SLO.parse("p95=200ms, p99=1.5s,p99.9=2500us", success: "99.5%")
+    assert_equal({ "p95" => 200.0, "p99" => 1500.0, "p99.9" => 2.5 }, slo.limits)
+    assert_in_delta 99.5, slo.success
+    assert_in_delta 1500.0, slo.max_ms
+    assert_equal "p95 <= 200 ms, p99 <= 1.5 s, p99.9 <= 2.50 ms, success >= 99.5%", slo.to_s
+  end
+
+  def test_slo_rejects_malformed_and_impossible_specs
+    {
+      "p95=200" => /needs a unit/,
+      "p95=abc" => /needs a unit/,
+      "p96=10ms" => /pNN=TIME with pNN one of p50, p90, p95, p99, p99.9/,
+      "" => /expected e.g. p95=200ms/,
+      "p95=0ms" => /impossible --slo "p95=0ms": the latency limit must be more than 0/,
+      "p95=0.001us" => /impossible/,
+      "p95=1ms,p95=2ms" => /names p95 twice/
+    }.each do |spec, message|
+      error = assert_raises(Tune::UsageError, spec) { Tune::SLO.parse(spec) }
+      assert_match message, error.message, spec
+    end
+    %w[0 101 abc -5].each do |bad|
+      assert_raises(Tune::UsageError, bad) { Tune::SLO.parse("p95=1s", success: bad) }
+    end
+  end
+
+  def test_slo_miss_names_the_first_broken_objective
+    slo = Tune::SLO.parse("p95=200ms,p99=500ms", success: 99.9)
+    assert_nil slo.miss(success_percent: 100.0, latency_ms: { "p95" => 150.0, "p99" => 499.0 })
+    assert_equal "p95 250 ms > 200 ms", slo.miss(success_percent: 100.0, latency_ms: { "p95" => 250.0, "p99" => 300.0 })
+    assert_equal "p99 600 ms > 500 ms", slo.miss(success_percent: 100.0, latency_ms: { "p95" => 10.0, "p99" => 600.0 })
+    assert_equal "success 99.5% < 99.9%", slo.miss(success_percent: 99.5, latency_ms: { "p95" => 1.0, "p99" => 1.0 })
+    assert_equal "no response", slo.miss(success_percent: 100.0, latency_ms: nil)
+  end
+
+  def test_durations_and_lists
+    parse = ->(text) { Tune::TuneOptions.parse_duration(text, "--budget") }
+    assert_in_delta 600.0, parse.call("10m")
+    assert_in_delta 90.0, parse.call("1m30s")
+    assert_in_delta 0.5, parse.call("500ms")
+    assert_in_delta 3.0, parse.call("3")
+    assert_in_delta 7200.0, parse.call("2h")
+    %w[10x 0s 1m30 m -3s].each do |bad|
+      error = assert_raises(Tune::UsageError, bad) { parse.call(bad) }
+      assert_match(/invalid --budget/, error.message)
+    end
+    assert_equal [1, 2, 4], Tune::TuneOptions.parse_list("4,1,2,2", "--workers")
+    %w[0 a 1,,2 2000].each do |bad|
+      assert_raises(Tune::UsageError, bad) { Tune::TuneOptions.parse_list(bad, "--threads") }
+    end
+  end
+
+  def test_options_check_the_app_file_and_requests
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      options = Tune::TuneOptions.new(["--workers", "1,2", "--threads", "2", "--slo", "p99=1s", "--step-duration", "2s",
+                                       "--budget", "1m", "--path", "/a", "--path", "/b?x=1", app])
+      assert_equal [1, 2], options.workers
+      assert_equal [2], options.threads
+      assert_equal %w[/a /b?x=1], options.paths
+      assert_in_delta 60.0, options.budget
+      assert_equal "production", options.environment
+      assert_equal ["/"], Tune::TuneOptions.new([app]).paths
+      refute Tune::TuneOptions.new([app]).fibers
+      assert Tune::TuneOptions.new(["--fibers", app]).fibers
+      {
+        [] => /missing the rackup file/,
+        [File.join(dir, "nope.ru")] => /rackup file not found/,
+        ["--path", "x", app] => /invalid --path "x"/,
+        ["--targets", File.join(dir, "none.txt"), app] => /targets file not found/,
+        ["--targets", app, "--path", "/", app] => /cannot be combined/,
+        ["--bogus", app] => /invalid option: --bogus/,
+        [app, app] => /too many arguments/,
+        ["--html", File.join(dir, "no", "such", "dir.html"), app] => /cannot write --html .*: no directory/
+      }.each do |argv, message|
+        error = assert_raises(Tune::UsageError, argv.inspect) { Tune::TuneOptions.new(argv) }
+        assert_match message, error.message
+      end
+    end
+  end
+
+  def test_default_grid_from_cores_and_memory
+    assert_equal [1], Tune::Grid.default_workers(1)
+    assert_equal [1, 2], Tune::Grid.default_workers(2)
+    assert_equal [1, 2, 4, 6], Tune::Grid.default_workers(6)
+    assert_equal [1, 2, 4, 8, 16], Tune::Grid.default_workers(16)
+
+    grid = Tune::Grid.size(cores: 2, memory_mb: 16_000)
+    assert_equal [[1, 1], [1, 3], [1, 5], [1, 10], [2, 1], [2, 3], [2, 5], [2, 10]],
+                 grid.settings.map { |s| [s.workers, s.threads] }
+
+    # 1000 MiB * 0.8 at 150 MiB per process: 5 processes; 8 workers are 9.
+    small = Tune::Grid.size(cores: 8, memory_mb: 1000, threads: [5])
+    assert_equal [1, 2, 4], small.settings.map(&:workers)
+    # Too little memory for anything: the smallest setting is still tried.
+    assert_equal [[1, 5]], Tune::Grid.size(cores: 8, memory_mb: 10, threads: [5]).settings.map { |s| [s.workers, s.threads] }
+    # Explicit lists override the defaults; no memory figure trims nothing.
+    explicit = Tune::Grid.size(cores: 2, memory_mb: nil, workers: [3], threads: [7, 1])
+    assert_equal [[3, 1], [3, 7]], explicit.settings.map { |s| [s.workers, s.threads] }
+  end
+
+  def test_grid_fit_with_measured_rss
+    grid = Tune::Grid.size(cores: 4, memory_mb: nil, threads: [5])
+    kept, dropped = grid.fit(rss_mb: 100, memory_mb: 1000)
+    # 800 MiB usable, 150 MiB per process with growth: 5 processes.
+    assert_equal [1, 2, 4], kept.settings.map(&:workers)
+    assert_empty dropped.settings
+    kept, dropped = grid.fit(rss_mb: 200, memory_mb: 1000)
+    assert_equal [1], kept.settings.map(&:workers)
+    assert_equal [2, 4], dropped.settings.map(&:workers)
+  end
+
+  def test_setting_args_config_and_label
+    single = Tune::Setting.new(workers: 1, threads: 5)
+    assert_equal ["-w", "0", "-t", "5:5"], single.server_args
+    assert_equal ["workers 0 # single mode: one process, no fork", "threads 5, 5"], single.config_lines
+    assert_equal "single mode, 5 threads", single.label
+    assert_equal 1, single.processes
+    cluster = Tune::Setting.new(workers: 4, threads: 1)
+    assert_equal ["-w", "4", "-t", "1:1"], cluster.server_args
+    assert_equal ["workers 4", "threads 1, 1"], cluster.config_lines
+    assert_equal "4 workers, 1 thread", cluster.label
+    assert_equal 5, cluster.processes
+    assert_equal 4, cluster.concurrency
+    refute cluster.fibers?
+  end
+
+  def test_fiber_mode_setting_and_grid
+    fibers = Tune::Setting.new(workers: 2, threads: 1, fibers: true)
+    assert_equal ["-w", "2", "-t", "1:1", "--fibers"], fibers.server_args
+    assert_equal ["workers 2", "threads 1, 1", "fiber_scheduler true # every request on a fiber"], fibers.config_lines
+    assert_equal "2 workers, fiber mode", fibers.label
+    assert_equal "2xfibers", fibers.slug
+    assert_equal 2 * Tune::FIBER_CONCURRENCY, fibers.concurrency
+    assert_equal 3, fibers.processes
+
+    grid = Tune::Grid.size(cores: 2, memory_mb: nil, threads: [5, 3], fibers: true)
+    assert_equal [[1, 3, false], [1, 5, false], [2, 3, false], [2, 5, false], [1, 3, true], [2, 3, true]],
+                 grid.settings.map { |s| [s.workers, s.threads, s.fibers?] }
+    assert_equal "workers 1,2 x threads 3,5, and fiber mode", grid.describe
+    refute(Tune::Grid.size(cores: 2, memory_mb: nil).settings.any?(&:fibers?))
+  end
+
+  # Runs a search against a server that meets the SLO up to `capacity`.
+  def search_until_done(start:, capacity:, limit: 30)
+    search = Tune::Search.new(start: start)
+    tried = []
+    while (rate = search.next_rate)
+      tried << rate
+      flunk "the search did not converge: #{tried.inspect}" if tried.size > limit
+      search.record(rate, rate <= capacity)
+    end
+    [search, tried]
+  end
+
+  def test_search_ramps_up_then_bisects
+    search, tried = search_until_done(start: 30, capacity: 100)
+    assert_equal [30, 60, 120], tried.first(3)
+    assert_operator search.best, :<=, 100
+    assert_operator search.best, :>=, 95, tried.inspect
+    assert_operator search.lowest_failure, :<=, search.best * 1.05
+    assert_operator tried.size, :<=, 8
+  end
+
+  def test_search_comes_down_when_the_start_is_too_high
+    search, tried = search_until_done(start: 5000, capacity: 700)
+    assert_equal [5000, 2500, 1250, 625], tried.first(4)
+    assert_operator search.best, :<=, 700
+    assert_operator search.best, :>=, 700 / 1.05
+  end
+
+  def test_search_gives_up_below_the_floor
+    search, tried = search_until_done(start: 10, capacity: 0)
+    assert_nil search.best
+    assert_equal [10, 5, 2.5, 1.3], tried
+  end
+
+  def test_search_stops_on_a_pass_above_a_failure
+    search = Tune::Search.new(start: 100)
+    search.record(100, true)
+    search.record(200, false)
+    search.record(141, true)
+    search.record(170, true)
+    # Noise: 205 passes although 200 failed; bisecting an empty range
+    # would chase it, so the search ends at the highest pass.
+    search.record(205, true)
+    assert_nil search.next_rate
+    assert_equal 205, search.best
+  end
+
+  def test_search_rounds_rates
+    search = Tune::Search.new(start: 12_345.6)
+    assert_equal 12_300, search.next_rate
+    assert_in_delta 3.7, Tune::Search.new(start: 3.66).next_rate
+  end
+
+  def test_connections_and_timeout_for_the_load
+    assert_equal 8, Tune::Load.connections_for(10, 200, 1)
+    assert_equal 40, Tune::Load.connections_for(100, 200, 1)
+    assert_equal 20, Tune::Load.connections_for(1, 200, 10)
+    assert_equal 256, Tune::Load.connections_for(100_000, 200, 1)
+    # More app threads than the cap: each still gets two connections.
+    assert_equal 320, Tune::Load.connections_for(100_000, 200, 160)
+    assert_in_delta 1.0, Tune::Load.timeout_for(50)
+    assert_in_delta 1.6, Tune::Load.timeout_for(800)
+    assert_in_delta 10.0, Tune::Load.timeout_for(60_000)
+  end
+
+  def test_budget_minimum_grows_with_settings_and_steps
+    one = Tune::Runner.minimum_budget(1, 1.0)
+    assert_in_delta 2.0 + 1.0 + (3 * 1.5), one
+    assert_in_delta one * 4, Tune::Runner.minimum_budget(4, 1.0)
+    assert_operator Tune::Runner.minimum_budget(1, 3.0), :>, one
+  end
+
+  def measurement(rate, p95, ok: 1000, requests: 1000, statuses: { "200" => 1000 })
+    Tune::Measurement.new({ "requests" => requests, "success" => ok, "unsent" => 0, "throughput" => rate,
+                            "status_codes" => statuses, "errors" => {},
+                            "latency_ms" => { "p50" => p95 / 3.0, "p90" => p95 / 1.5, "p95" => p95, "p99" => p95 * 2 } },
+                          offered: rate)
+  end
+
+  def setting_result(workers, threads, steps)
+    slo = Tune::SLO.parse("p95=200ms")
+    Tune::SettingResult.new(Tune::Setting.new(workers: workers, threads: threads)).tap do |r|
+      steps.each do |rate, p95|
+        m = measurement(rate, p95)
+        r.steps << Tune::Step.new(measurement: m, cpu_percent: 50.0, rss_mb: 40.0,
+                                  miss: slo.miss(success_percent: m.success_percent, latency_ms: m.latency_ms))
+      end
+    end
+  end
+
+  def report_for(results, load: [0.2, 0.3, 0.4])
+    context = { app: "app.ru", requests: "GET /", step: 1.0, budget: 60.0, cores: 2, memory_mb: 1000, elapsed: 12.0,
+                load_before: load, load_after: [2.5, 1.0, 0.5] }
+    Tune::Report.new(results, Tune::SLO.parse("p95=200ms"), context)
+  end
+
+  def test_report_warns_about_a_busy_machine
+    results = Tune::Results.new
+    results << setting_result(1, 1, [[100, 10], [200, 300]])
+    refute_includes report_for(results).text, "The machine was busy"
+    text = report_for(results, load: [3.5, 2.0, 1.0]).text
+    assert_includes text, "The machine was busy: load average 3.50 on 2 cores before the run (2.50 after); " \
+                          "the rates are lower and noisier than on an idle machine."
+    assert_equal [3.5, 2.0, 1.0], report_for(results, load: [3.5, 2.0, 1.0]).to_h.dig("machine", "load_average_before")
+  end
+
+  def test_recommendation_prefers_fewer_processes_within_five_percent
+    results = Tune::Results.new
+    results << setting_result(1, 5, [[1000, 20], [2000, 150], [4000, 900]])
+    results << setting_result(2, 5, [[1000, 10], [2050, 120], [4100, 800]])
+    results << setting_result(2, 10, [[500, 10], [1000, 300]])
+    assert_equal [1, 5], results.recommended.setting.to_h.values_at(:workers, :threads)
+
+    text = report_for(results).text
+    header = text.lines.find { |l| l.start_with?("setting") }
+    assert_match(/setting\s+max rate\s+p50\s+p95\s+p99\s+CPU %\s+RSS\/worker\s+steps/, header)
+    assert_match(/^single mode, 5 threads\s+2,000 req\/s\s+50.0 ms\s+150 ms\s+300 ms\s+50\s+40.0 MiB\s+3$/, text)
+    assert_match(/^2 workers, 5 threads\s+2,050 req\/s/, text)
+    assert_match(/^2 workers, 10 threads\s+500 req\/s/, text)
+    assert_match(/^Recommended: single mode, 5 threads: 2,000 req\/s with p95 150 ms/, text)
+    assert_includes text, "    workers 0 # single mode: one process, no fork\n    threads 5, 5\n"
+
+    # A clearly better setting wins over the cheaper one.
+    results << setting_result(4, 5, [[3000, 100], [6000, 400]])
+    assert_equal 4, results.recommended.setting.workers
+  end
+
+  def test_report_marks_lower_bounds_and_no_setting_met
+    results = Tune::Results.new
+    results << setting_result(1, 1, [[100, 10], [200, 20]])
+    assert_match(/^single mode, 1 thread\s+200\+ req\/s/, report_for(results).text)
+    assert_includes report_for(results).text, "+: the SLO still held at the highest rate tried"
+    assert_equal true, report_for(results).to_h["settings"][0]["max_rate_is_lower_bound"]
+
+    none = Tune::Results.new
+    none << setting_result(1, 1, [[100, 300], [50, 250]])
+    failed = Tune::SettingResult.new(Tune::Setting.new(workers: 2, threads: 1))
+    failed.note = "the server did not boot: exit status 1: boom"
+    none << failed
+    none.skip(Tune::Setting.new(workers: 2, threads: 5), "budget used up")
+    text = report_for(none).text
+    assert_match(/^single mode, 1 thread\s+no rate met the SLO \(lowest tried 50.0 req\/s: p95 250 ms > 200 ms\)$/, text)
+    assert_match(/^2 workers, 1 thread\s+the server did not boot: exit status 1: boom$/, text)
+    assert_includes text, "not measured: 2 workers, 5 threads: budget used up"
+    assert_includes text, "No setting met the SLO (p95 <= 200 ms, success >= 99.9%) at any rate tried"
+    assert_nil none.recommended
+    assert_nil report_for(none).to_h["recommended"]
+  end
+
+  def test_html_has_a_series_per_setting_and_escapes_labels
+    results = Tune::Results.new
+    results << setting_result(1, 2, [[400, 30], [100, 5], [800, 400]])
+    results << setting_result(2, 2, [[300, 10]])
+    html = Tune::HTML.new(report_for(results)).page
+    series = JSON.parse(html[%r{<script type="application/json" id="tune-series">(.*?)</script>}m, 1])
+    assert_equal ["single mode, 2 threads", "2 workers, 2 threads"], series.map { |s| s["label"] }
+    assert_equal [[100, 5.0, true], [400, 30.0, true], [800, 400.0, false]], series[0]["points"]
+    assert_equal 2, html.scan("<polyline").size
+    assert_equal 4, html.scan("<circle").size
+    assert_includes html, "SLO p95 200 ms"
+    data = JSON.parse(html[%r{<script type="application/json" id="tune-data">(.*?)</script>}m, 1])
+    assert_equal 800, data["settings"][0]["steps"].last["rate"]
+  end
+
+  def test_progress_is_held_until_released
+    io = StringIO.new
+    progress = Tune::Progress.new(io)
+    progress.line("one")
+    progress.line("two")
+    assert_equal "", io.string
+    progress.release
+    progress.line("three")
+    assert_equal "one\ntwo\nthree\n", io.string
+    quiet = StringIO.new
+    Tune::Progress.new(quiet, quiet: true).tap { |p| p.line("x") }.release
+    assert_equal "", quiet.string
+  end
+
+  def timeline_measurement(p50s, window: 0.1)
+    timeline = p50s.each_with_index.map { |p50, i| { "t" => (i * window).round(3), "responses" => 5, "p50_ms" => p50 } }
+    Tune::Measurement.new({ "requests" => 100, "success" => 100, "throughput" => 50, "window_s" => window,
+                            "timeline" => timeline }, offered: 50)
+  end
+
+  def test_latency_rising_spots_a_queue_building_up
+    # 2 s offered: 20 windows; the drain after it (t >= 2) is ignored.
+    growing = timeline_measurement((0...20).map { |i| 5.0 + (i * 4) } + [900.0] * 5)
+    assert growing.latency_rising?(2.0, 50)
+    # The same growth below the floor (a quarter of the SLO) is not a concern.
+    refute timeline_measurement((0...20).map { |i| 1.0 + (i * 0.2) }).latency_rising?(2.0, 50)
+    # Flat but noisy latency is not rising; nor is a slow first window alone.
+    refute timeline_measurement([300.0] + ([20.0, 60.0, 35.0, 80.0] * 5)).latency_rising?(2.0, 10)
+    # Spikes only after the offered period (the drain) do not count.
+    refute timeline_measurement(([10.0] * 20) + ([500.0] * 10)).latency_rising?(2.0, 10)
+    refute timeline_measurement([10.0, 90.0, 90.0]).latency_rising?(0.3, 10)
+  end
+
+  def test_load_arguments_for_paths_targets_and_headers
+    in_tmpdir do |dir|
+      one = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/users?page=2"], targets: nil,
+                           headers: ["X-A: 1"], dir: dir)
+      assert_equal ["-q", "--json", "-t", "1", "-r", "50", "-H", "X-A: 1", "http://127.0.0.1:5/users?page=2"],
+                   one.arguments(["-r", "50"])
+      two = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/a", "/b"], targets: nil, headers: [], dir: dir)
+      file = File.join(dir, "paths.targets")
+      assert_equal ["-q", "--json", "-t", "1", "--targets", file, "http://127.0.0.1:5/"], two.arguments([])
+      assert_equal "GET /a\nGET /b\n", File.read(file)
+      mine = Tune::Load.new(bench: "b", url: "http://127.0.0.1:5", paths: ["/"], targets: "mix.txt", headers: [], dir: dir)
+      assert_equal ["-q", "--json", "-t", "1", "--targets", "mix.txt", "http://127.0.0.1:5/"], mine.arguments([])
+    end
+  end
+
+  def test_server_arguments
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      config = write_file(dir, "puma.rb", "before_fork { }\n")
+      plain = Tune::ServerProcess.new(Tune::Setting.new(workers: 2, threads: 3), Tune::TuneOptions.new([app]), dir: dir)
+      assert_equal ["-b", "tcp://127.0.0.1:0", "-C", "-", "-e", "production", "--drain-timeout", "2",
+                    "-w", "2", "-t", "3:3", app], plain.args
+      options = Tune::TuneOptions.new(["-C", config, "-e", "staging", app])
+      configured = Tune::ServerProcess.new(Tune::Setting.new(workers: 1, threads: 5), options, dir: dir)
+      assert_equal ["-b", "tcp://127.0.0.1:0", "-C", config, "-e", "staging", "--drain-timeout", "2",
+                    "-w", "0", "-t", "5:5", app], configured.args
+    end
+  end
+end
