@@ -345,6 +345,8 @@ impl Server {
         hash.aset("spool_errors", s.spool_errors)?;
         hash.aset("accept_errors", s.accept_errors)?;
         hash.aset("memory_trims", s.memory_trims)?;
+        hash.aset("files_sendfile", s.files_sendfile)?;
+        hash.aset("files_copied", s.files_copied)?;
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;

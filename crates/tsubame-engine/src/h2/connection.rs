@@ -572,6 +572,8 @@ async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &S
         } => {
             let (response, _) = response_parts(&head)?;
             let mut stream = respond.send_response(response, len == 0).ok()?;
+            // DATA frames carry the bytes, so they pass through the engine.
+            Stats::bump(&shared.stats.files_copied);
             let mut sent = 0u64;
             while sent < len {
                 let want = (len - sent).min(FILE_CHUNK as u64) as usize;

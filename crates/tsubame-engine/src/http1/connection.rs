@@ -35,6 +35,10 @@ const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(
 /// `read_head`).
 const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 const FILE_CHUNK: usize = 64 * 1024;
+/// At most this much per sendfile(2) call: a socket takes far less at a
+/// time anyway, and a cold file's disk reads stay short on the runtime's
+/// thread.
+const SENDFILE_CHUNK: u64 = 1024 * 1024;
 /// At most this many messages of a streamed body per write: two iovecs
 /// each stay well under IOV_MAX (1024), and the channel's byte limit
 /// already bounds the size.
@@ -394,7 +398,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
 async fn write_file<T: ClientIo>(
     io: &mut T,
     head: Bytes,
-    mut file: std::fs::File,
+    file: std::fs::File,
     len: u64,
     close: bool,
     shared: &Shared,
@@ -403,6 +407,62 @@ async fn write_file<T: ClientIo>(
     if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
+    let sent = if T::SENDS_FILES {
+        Stats::bump(&shared.stats.files_sendfile);
+        send_file_in_kernel(io, &file, len, write_timeout).await
+    } else {
+        Stats::bump(&shared.stats.files_copied);
+        read_and_send_file(io, file, len, write_timeout).await
+    };
+    match sent {
+        FileSent::All => (Written::KeepAlive(!close), len),
+        FileSent::Short(sent) => {
+            // The head promised `len` bytes: ending the connection is the
+            // only way to tell the client the body is incomplete.
+            log::error("file body ended before its length; closing the connection");
+            (Written::Failed, sent)
+        }
+        FileSent::Failed(sent) => (Written::Failed, sent),
+    }
+}
+
+enum FileSent {
+    All,
+    /// The file ended (it shrank) after this many bytes.
+    Short(u64),
+    /// The client went away or stopped reading after this many bytes.
+    Failed(u64),
+}
+
+/// Plain sockets: sendfile(2), the bytes never enter user space. Each call
+/// sends what the socket buffer takes, so the write timeout bounds the
+/// wait for progress, not the whole body.
+async fn send_file_in_kernel<T: ClientIo>(
+    io: &mut T,
+    file: &std::fs::File,
+    len: u64,
+    write_timeout: std::time::Duration,
+) -> FileSent {
+    let mut offset: u64 = 0;
+    while offset < len {
+        let want = (len - offset).min(SENDFILE_CHUNK) as usize;
+        let step = std::future::poll_fn(|cx| io.poll_send_file(cx, file, &mut offset, want));
+        match timeout(write_timeout, step).await {
+            Ok(Ok(0)) => return FileSent::Short(offset),
+            Ok(Ok(_)) => {}
+            _ => return FileSent::Failed(offset),
+        }
+    }
+    FileSent::All
+}
+
+/// TLS: the bytes must pass through rustls, so they are read and written.
+async fn read_and_send_file<T: ClientIo>(
+    io: &mut T,
+    mut file: std::fs::File,
+    len: u64,
+    write_timeout: std::time::Duration,
+) -> FileSent {
     let mut sent: u64 = 0;
     let mut chunk = vec![0u8; FILE_CHUNK];
     while sent < len {
@@ -410,18 +470,15 @@ async fn write_file<T: ClientIo>(
         // Served files are read through the page cache; a blocking-pool hop
         // per 64 KiB would cost more than the read.
         let n = match file.read(&mut chunk[..want]) {
-            Ok(0) | Err(_) => {
-                log::error("file body ended before its length; closing the connection");
-                return (Written::Failed, sent);
-            }
+            Ok(0) | Err(_) => return FileSent::Short(sent),
             Ok(n) => n,
         };
         if !matches!(timeout(write_timeout, send(io, &chunk[..n])).await, Ok(Ok(()))) {
-            return (Written::Failed, sent);
+            return FileSent::Failed(sent);
         }
         sent += n as u64;
     }
-    (Written::KeepAlive(!close), sent)
+    FileSent::All
 }
 
 async fn write_stream<T: ClientIo>(
