@@ -91,6 +91,15 @@ module Tsubame
       opts.on("--h2c", "Cleartext HTTP/2 with prior knowledge on tcp:// and unix:// binds") do
         @options.set(:h2c, true, layer: LAYER)
       end
+      opts.on("--public DIR", "Serve files from DIR before the app (GET/HEAD; see docs/FILES.md)") do |dir|
+        @options.set(:public_dir, dir, layer: LAYER)
+      end
+      opts.on("--public-index", "With --public: index.html for a path ending in /") do
+        @options.set(:public_index, true, layer: LAYER)
+      end
+      opts.on("--public-immutable REGEX", "File names sent with Cache-Control immutable (off: none)") do |pattern|
+        @options.set(:public_immutable, pattern, layer: LAYER)
+      end
       opts.on("--early-hints", "Offer env[\"rack.early_hints\"] (103 responses)") do
         @options.set(:early_hints, true, layer: LAYER)
       end

@@ -42,7 +42,9 @@ class ConfigTest < Minitest::Test
     h2_max_concurrent_streams: 100,
     h2_initial_window_size: 1_048_576,
     h2_initial_connection_window_size: 4_194_304,
-    trust_forwarded_proto: false
+    trust_forwarded_proto: false,
+    public_dir: nil,
+    public_index: false
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -72,6 +74,24 @@ class ConfigTest < Minitest::Test
 
   def test_native_defaults
     assert_equal NATIVE_DEFAULTS, Tsubame::Options.new.native
+  end
+
+  # The engine's own fingerprint pattern unless another is given; off is
+  # an explicit nil the engine reads as "none".
+  def test_public_folder_options
+    in_tmpdir do |dir|
+      options = Tsubame::Options.new
+      options[:public_dir] = dir
+      options[:public_index] = true
+      assert_equal [File.expand_path(dir), true], options.native.values_at(:public_dir, :public_index)
+      refute options.native.key?(:public_immutable)
+      options[:public_immutable] = /-\h{8}\./
+      assert_equal "-\\h{8}\\.", options.native[:public_immutable]
+      options[:public_immutable] = "off"
+      assert_equal [true, nil], [options.native.key?(:public_immutable), options.native[:public_immutable]]
+      assert_config_error(/public_dir must be an existing directory/) { options[:public_dir] = File.join(dir, "nope") }
+      assert_config_error(/public_immutable must be a Regexp/) { options[:public_immutable] = 3 }
+    end
   end
 
   def test_ruby_only_defaults
@@ -199,6 +219,7 @@ class ConfigTest < Minitest::Test
       h2_initial_window_size 100_000
       h2_initial_connection_window_size 200_000
       trust_forwarded_proto
+      public_dir "/tmp", index: true, immutable: /\\.v\\d+\\./
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -213,7 +234,7 @@ class ConfigTest < Minitest::Test
         handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
-        trust_forwarded_proto: true
+        trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\."
       },
       options.native
     )

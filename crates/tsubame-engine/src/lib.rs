@@ -15,6 +15,7 @@
 
 pub mod dispatch;
 pub mod error;
+pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod h2;

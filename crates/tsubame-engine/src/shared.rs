@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     pub(crate) readiness: Readiness,
     pub(crate) seq: AtomicU64,
     pub(crate) max_connections: u64,
+    /// The public folder, when `public_dir` is set (see `files/`).
+    pub(crate) public: Option<crate::files::Public>,
 }
 
 impl Shared {
@@ -68,6 +70,7 @@ impl Shared {
             stop_notify: Notify::new(),
             conn_closed: Notify::new(),
             nudger: Notify::new(),
+            public: None,
         }
     }
 

@@ -67,6 +67,9 @@ const OPTION_KEYS: &[&str] = &[
     "h2_initial_window_size",
     "h2_initial_connection_window_size",
     "trust_forwarded_proto",
+    "public_dir",
+    "public_index",
+    "public_immutable",
 ];
 
 struct OptionReader<'a> {
@@ -192,6 +195,9 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
             .get("h2_initial_connection_window_size")?
             .unwrap_or(d.h2_initial_connection_window_size),
         trust_forwarded_proto: r.get("trust_forwarded_proto")?.unwrap_or(d.trust_forwarded_proto),
+        public_dir: r.get::<RString>("public_dir")?.map(os_path),
+        public_index: r.get("public_index")?.unwrap_or(d.public_index),
+        public_immutable: r.optional("public_immutable", d.public_immutable)?,
     })
 }
 

@@ -96,6 +96,14 @@ module Tsubame
       set(:http2, answer)
     end
 
+    # The public folder, served by the engine before the app
+    # (docs/FILES.md): `public_dir "public", index: true, immutable: /-\h{8,}\./`.
+    def public_dir(path, index: false, immutable: :fingerprint)
+      set(:public_dir, path)
+      set(:public_index, index)
+      set(:public_immutable, immutable)
+    end
+
     # Cleartext HTTP/2 with prior knowledge on every non-TLS bind.
     def h2c(answer = true)
       set(:h2c, answer)

@@ -64,6 +64,11 @@ module Tsubame
       h2_initial_window_size: 1_048_576,
       h2_initial_connection_window_size: 4_194_304,
       trust_forwarded_proto: false,
+      # The public folder (docs/FILES.md). :fingerprint is the engine's own
+      # pattern for fingerprinted names.
+      public_dir: nil,
+      public_index: false,
+      public_immutable: :fingerprint,
       early_hints: false,
       tls_self_signed: false,
       environment: "development",
@@ -109,6 +114,7 @@ module Tsubame
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
+      public_dir public_index public_immutable
     ].freeze
 
     KINDS = {
@@ -155,6 +161,9 @@ module Tsubame
       h2_initial_window_size: :window_size,
       h2_initial_connection_window_size: :window_size,
       trust_forwarded_proto: :boolean,
+      public_dir: :public_dir,
+      public_index: :boolean,
+      public_immutable: :public_immutable,
       early_hints: :boolean,
       tls_self_signed: :boolean,
       environment: :string,
@@ -269,6 +278,8 @@ module Tsubame
       # config file turned them on.
       hash[:log_requests] = hash[:log_requests] && !self[:quiet]
       hash[:binds] = hash[:binds].dup
+      # Absent: the engine's default pattern.
+      hash.delete(:public_immutable) if hash[:public_immutable] == :fingerprint
       hash
     end
 
@@ -321,6 +332,29 @@ module Tsubame
       when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
       when :fiber_paths then Array(value).map { |path| fiber_path(key, path) }.freeze
       when :window_size then window_size(key, value)
+      when :public_dir then value.nil? ? nil : public_dir(key, value)
+      when :public_immutable then public_immutable(key, value)
+      end
+    end
+
+    # An existing directory, made absolute so a later chdir cannot move it.
+    def public_dir(key, value)
+      text = string(key, value)
+      return File.expand_path(text) if File.directory?(text)
+
+      raise ConfigError, "#{key} must be an existing directory (got #{text.inspect})"
+    end
+
+    # nil, false or "off": no name is marked immutable; true or
+    # "fingerprint": the default pattern; a Regexp or String: a pattern of
+    # the engine's regex crate, matched against the file's name.
+    def public_immutable(key, value)
+      case value
+      when nil, false, "off" then nil
+      when true, :fingerprint, "fingerprint" then :fingerprint
+      when Regexp then value.source
+      when String then value
+      else raise ConfigError, "#{key} must be a Regexp, a String pattern, true or off (got #{value.inspect})"
       end
     end
 

@@ -21,7 +21,7 @@ use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use bytes::{Bytes, BytesMut};
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -121,53 +121,62 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let wants_json = accepts_json(&head);
         let keep_alive = head.keep_alive && !shared.is_leaving();
         let version = head.version;
-        let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
-        let Some(Submitted { mut answer, state, seq }) = submitted.await else {
-            return refuse(
-                &mut io,
-                &mut buf,
-                &shared,
-                &conn,
-                HttpError::Internal("server is shutting down"),
-            )
-            .await;
-        };
-        while let Answer::Reply(Reply::Interim { head, next }) = answer {
-            // An HTTP/1.0 client would take a 1xx for the response itself
-            // (RFC 9110 §15.2), so it never sees one.
-            if version == crate::message::head::Version::Http11
-                && !matches!(
-                    timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
-                    Ok(Ok(()))
-                )
-            {
-                Stats::bump(&shared.stats.client_disconnects);
-                return;
-            }
-            answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
-        }
-        let reply = match answer {
-            Answer::Reply(reply) => reply,
-            Answer::Shed(reason) => {
-                shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
-                Reply::Full {
-                    status: 503,
-                    data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version).into(),
-                    body_len: 0,
-                    close: !keep_alive,
-                }
-            }
-            Answer::Dropped => {
-                log::error("an application thread dropped a request without answering it");
+        // The public folder answers first; whatever it does not have goes
+        // on to the app.
+        let public = shared.public.as_ref().and_then(|p| p.answer(&head, keep_alive));
+        let reply = if let Some(reply) = public {
+            reply
+        } else {
+            let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
+            let Some(Submitted { mut answer, state, seq }) = submitted.await else {
                 return refuse(
                     &mut io,
                     &mut buf,
                     &shared,
                     &conn,
-                    HttpError::Internal("no response from the application"),
+                    HttpError::Internal("server is shutting down"),
                 )
                 .await;
+            };
+            while let Answer::Reply(Reply::Interim { head, next }) = answer {
+                // An HTTP/1.0 client would take a 1xx for the response itself
+                // (RFC 9110 §15.2), so it never sees one.
+                if version == crate::message::head::Version::Http11
+                    && !matches!(
+                        timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
+                        Ok(Ok(()))
+                    )
+                {
+                    Stats::bump(&shared.stats.client_disconnects);
+                    return;
+                }
+                answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
             }
+            let reply = match answer {
+                Answer::Reply(reply) => reply,
+                Answer::Shed(reason) => {
+                    shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
+                    Reply::Full {
+                        status: 503,
+                        data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version)
+                            .into(),
+                        body_len: 0,
+                        close: !keep_alive,
+                    }
+                }
+                Answer::Dropped => {
+                    log::error("an application thread dropped a request without answering it");
+                    return refuse(
+                        &mut io,
+                        &mut buf,
+                        &shared,
+                        &conn,
+                        HttpError::Internal("no response from the application"),
+                    )
+                    .await;
+                }
+            };
+            reply
         };
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
@@ -382,8 +391,13 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             _ => (Written::Failed, 0),
         },
         Reply::File {
-            head, file, len, close, ..
-        } => write_file(io, head, file, len, close, shared).await,
+            head,
+            file,
+            offset,
+            len,
+            close,
+            ..
+        } => write_file(io, head, file, offset..offset + len, close, shared).await,
         Reply::Stream {
             head,
             chunks,
@@ -399,7 +413,7 @@ async fn write_file<T: ClientIo>(
     io: &mut T,
     head: Bytes,
     file: std::fs::File,
-    len: u64,
+    region: std::ops::Range<u64>,
     close: bool,
     shared: &Shared,
 ) -> (Written, u64) {
@@ -407,12 +421,13 @@ async fn write_file<T: ClientIo>(
     if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
+    let len = region.end - region.start;
     let sent = if T::SENDS_FILES {
         Stats::bump(&shared.stats.files_sendfile);
-        send_file_in_kernel(io, &file, len, write_timeout).await
+        send_file_in_kernel(io, &file, region, write_timeout).await
     } else {
         Stats::bump(&shared.stats.files_copied);
-        read_and_send_file(io, file, len, write_timeout).await
+        read_and_send_file(io, &file, region, write_timeout).await
     };
     match sent {
         FileSent::All => (Written::KeepAlive(!close), len),
@@ -428,9 +443,9 @@ async fn write_file<T: ClientIo>(
 
 enum FileSent {
     All,
-    /// The file ended (it shrank) after this many bytes.
+    /// The file ended (it shrank) after this many body bytes.
     Short(u64),
-    /// The client went away or stopped reading after this many bytes.
+    /// The client went away or stopped reading after this many body bytes.
     Failed(u64),
 }
 
@@ -440,17 +455,17 @@ enum FileSent {
 async fn send_file_in_kernel<T: ClientIo>(
     io: &mut T,
     file: &std::fs::File,
-    len: u64,
+    region: std::ops::Range<u64>,
     write_timeout: std::time::Duration,
 ) -> FileSent {
-    let mut offset: u64 = 0;
-    while offset < len {
-        let want = (len - offset).min(SENDFILE_CHUNK) as usize;
+    let mut offset = region.start;
+    while offset < region.end {
+        let want = (region.end - offset).min(SENDFILE_CHUNK) as usize;
         let step = std::future::poll_fn(|cx| io.poll_send_file(cx, file, &mut offset, want));
         match timeout(write_timeout, step).await {
-            Ok(Ok(0)) => return FileSent::Short(offset),
+            Ok(Ok(0)) => return FileSent::Short(offset - region.start),
             Ok(Ok(_)) => {}
-            _ => return FileSent::Failed(offset),
+            _ => return FileSent::Failed(offset - region.start),
         }
     }
     FileSent::All
@@ -459,17 +474,18 @@ async fn send_file_in_kernel<T: ClientIo>(
 /// TLS: the bytes must pass through rustls, so they are read and written.
 async fn read_and_send_file<T: ClientIo>(
     io: &mut T,
-    mut file: std::fs::File,
-    len: u64,
+    file: &std::fs::File,
+    region: std::ops::Range<u64>,
     write_timeout: std::time::Duration,
 ) -> FileSent {
+    let len = region.end - region.start;
     let mut sent: u64 = 0;
     let mut chunk = vec![0u8; FILE_CHUNK];
     while sent < len {
         let want = (len - sent).min(FILE_CHUNK as u64) as usize;
         // Served files are read through the page cache; a blocking-pool hop
         // per 64 KiB would cost more than the read.
-        let n = match file.read(&mut chunk[..want]) {
+        let n = match file.read_at(&mut chunk[..want], region.start + sent) {
             Ok(0) | Err(_) => return FileSent::Short(sent),
             Ok(n) => n,
         };
