@@ -100,6 +100,9 @@ module Tsubame
       opts.on("--public-immutable REGEX", "File names sent with Cache-Control immutable (off: none)") do |pattern|
         @options.set(:public_immutable, pattern, layer: LAYER)
       end
+      opts.on("--x-sendfile ROOT", "Rack::Sendfile hands files under ROOT to the engine (repeatable)") do |root|
+        @options.append(:x_sendfile_roots, root, layer: LAYER)
+      end
       opts.on("--early-hints", "Offer env[\"rack.early_hints\"] (103 responses)") do
         @options.set(:early_hints, true, layer: LAYER)
       end

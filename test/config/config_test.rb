@@ -94,6 +94,20 @@ class ConfigTest < Minitest::Test
     end
   end
 
+  def test_x_sendfile_roots_from_the_directive_and_flags
+    in_tmpdir do |dir|
+      options, = load_file("x_sendfile #{dir.inspect}\nx_sendfile #{File.join(dir, ".").inspect}\n")
+      assert_equal [File.expand_path(dir)] * 2, options[:x_sendfile_roots]
+      refute options.native.key?(:x_sendfile_roots), "Ruby-side: the env and the check are made there"
+      options.append(:x_sendfile_roots, "/")
+      assert_equal "/", options[:x_sendfile_roots].last
+      assert_config_error(/x_sendfile_roots must be an existing directory/) do
+        options.append(:x_sendfile_roots, File.join(dir, "missing"))
+      end
+    end
+    assert_equal [], Tsubame::Options.new[:x_sendfile_roots]
+  end
+
   def test_ruby_only_defaults
     options = Tsubame::Options.new
     assert_equal "development", options[:environment]

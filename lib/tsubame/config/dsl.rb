@@ -104,6 +104,12 @@ module Tsubame
       set(:public_immutable, immutable)
     end
 
+    # X-Sendfile: Rack::Sendfile hands files under these directories to the
+    # engine (docs/FILES.md). Each call adds roots.
+    def x_sendfile(*roots)
+      roots.flatten.each { |root| @options.append(:x_sendfile_roots, root, layer: LAYER) }
+    end
+
     # Cleartext HTTP/2 with prior knowledge on every non-TLS bind.
     def h2c(answer = true)
       set(:h2c, answer)

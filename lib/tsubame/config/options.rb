@@ -69,6 +69,7 @@ module Tsubame
       public_dir: nil,
       public_index: false,
       public_immutable: :fingerprint,
+      x_sendfile_roots: [].freeze,
       early_hints: false,
       tls_self_signed: false,
       environment: "development",
@@ -164,6 +165,7 @@ module Tsubame
       public_dir: :public_dir,
       public_index: :boolean,
       public_immutable: :public_immutable,
+      x_sendfile_roots: :directories,
       early_hints: :boolean,
       tls_self_signed: :boolean,
       environment: :string,
@@ -197,7 +199,7 @@ module Tsubame
       on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings hooks fiber_paths].freeze
+    LIST_KINDS = %i[binds strings hooks fiber_paths directories].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -334,6 +336,7 @@ module Tsubame
       when :window_size then window_size(key, value)
       when :public_dir then value.nil? ? nil : public_dir(key, value)
       when :public_immutable then public_immutable(key, value)
+      when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
       end
     end
 
