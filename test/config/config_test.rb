@@ -44,7 +44,14 @@ class ConfigTest < Minitest::Test
     h2_initial_connection_window_size: 4_194_304,
     trust_forwarded_proto: false,
     public_dir: nil,
-    public_index: false
+    public_index: false,
+    compress: false,
+    compress_min_size: 1024,
+    compress_types: %w[
+      text/ application/json application/javascript application/xml application/xhtml+xml
+      application/rss+xml application/atom+xml application/manifest+json application/ld+json
+      application/wasm image/svg+xml
+    ]
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -92,6 +99,17 @@ class ConfigTest < Minitest::Test
       assert_config_error(/public_dir must be an existing directory/) { options[:public_dir] = File.join(dir, "nope") }
       assert_config_error(/public_immutable must be a Regexp/) { options[:public_immutable] = 3 }
     end
+  end
+
+  def test_compress_directive_and_type_lists
+    options, = load_file("compress min_size: 512, types: %w[text/html Application/JSON]\n")
+    assert_equal [true, 512, %w[text/html application/json]],
+                 options.native.values_at(:compress, :compress_min_size, :compress_types)
+    options[:compress_types] = "text/, image/svg+xml,,"
+    assert_equal %w[text/ image/svg+xml], options.native[:compress_types]
+    options, = load_file("compress false\n")
+    assert_equal [false, 1024], options.native.values_at(:compress, :compress_min_size)
+    assert_config_error(/compress_min_size must be a non-negative integer/) { options[:compress_min_size] = "big" }
   end
 
   def test_x_sendfile_roots_from_the_directive_and_flags
@@ -234,6 +252,7 @@ class ConfigTest < Minitest::Test
       h2_initial_connection_window_size 200_000
       trust_forwarded_proto
       public_dir "/tmp", index: true, immutable: /\\.v\\d+\\./
+      compress min_size: 256, types: ["text/html"]
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -248,7 +267,8 @@ class ConfigTest < Minitest::Test
         handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
-        trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\."
+        trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
+        compress: true, compress_min_size: 256, compress_types: ["text/html"]
       },
       options.native
     )

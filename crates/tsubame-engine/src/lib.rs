@@ -13,6 +13,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod compress;
 pub mod dispatch;
 pub mod error;
 pub mod files;

@@ -92,6 +92,12 @@ pub struct EngineOptions {
     /// File names that get `Cache-Control: public, max-age=31536000,
     /// immutable` (a regex); `None` for none.
     pub public_immutable: Option<String>,
+    /// Compress whole response bodies by Accept-Encoding (`compress/`).
+    pub compress: bool,
+    /// Bodies shorter than this are not compressed.
+    pub compress_min_size: u64,
+    /// Content types compressed; an entry ending in `/` is a prefix.
+    pub compress_types: Vec<String>,
 }
 
 /// Fingerprinted names as asset pipelines write them (Rails' Propshaft and
@@ -146,6 +152,23 @@ impl Default for EngineOptions {
             public_dir: None,
             public_index: false,
             public_immutable: Some(DEFAULT_IMMUTABLE.to_string()),
+            compress: false,
+            compress_min_size: 1024,
+            compress_types: [
+                "text/",
+                "application/json",
+                "application/javascript",
+                "application/xml",
+                "application/xhtml+xml",
+                "application/rss+xml",
+                "application/atom+xml",
+                "application/manifest+json",
+                "application/ld+json",
+                "application/wasm",
+                "image/svg+xml",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }

@@ -39,6 +39,8 @@ pub(crate) struct Shared {
     pub(crate) max_connections: u64,
     /// The public folder, when `public_dir` is set (see `files/`).
     pub(crate) public: Option<crate::files::Public>,
+    /// Response compression, when `compress` is on.
+    pub(crate) compression: Option<crate::compress::Compression>,
 }
 
 impl Shared {
@@ -54,6 +56,10 @@ impl Shared {
             opts.readiness_queue_wait,
             opts.readiness_hold,
         );
+        let compression = opts.compress.then(|| crate::compress::Compression {
+            min_size: opts.compress_min_size,
+            types: opts.compress_types.clone(),
+        });
         Shared {
             readiness,
             spool_gate: SpoolGate::with_memory(opts.max_spooled_uploads, opts.upload_dir.clone(), opts.upload_memory),
@@ -71,6 +77,7 @@ impl Shared {
             conn_closed: Notify::new(),
             nudger: Notify::new(),
             public: None,
+            compression,
         }
     }
 

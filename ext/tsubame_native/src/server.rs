@@ -70,6 +70,9 @@ const OPTION_KEYS: &[&str] = &[
     "public_dir",
     "public_index",
     "public_immutable",
+    "compress",
+    "compress_min_size",
+    "compress_types",
 ];
 
 struct OptionReader<'a> {
@@ -198,6 +201,9 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         public_dir: r.get::<RString>("public_dir")?.map(os_path),
         public_index: r.get("public_index")?.unwrap_or(d.public_index),
         public_immutable: r.optional("public_immutable", d.public_immutable)?,
+        compress: r.get("compress")?.unwrap_or(d.compress),
+        compress_min_size: r.get("compress_min_size")?.unwrap_or(d.compress_min_size),
+        compress_types: r.get::<Vec<String>>("compress_types")?.unwrap_or(d.compress_types),
     })
 }
 

@@ -110,6 +110,14 @@ module Tsubame
       roots.flatten.each { |root| @options.append(:x_sendfile_roots, root, layer: LAYER) }
     end
 
+    # Response compression by the engine (docs/FILES.md):
+    # `compress`, `compress min_size: 512, types: %w[text/ application/json]`.
+    def compress(answer = true, min_size: nil, types: nil)
+      set(:compress, answer)
+      set(:compress_min_size, min_size) unless min_size.nil?
+      set(:compress_types, types) unless types.nil?
+    end
+
     # Cleartext HTTP/2 with prior knowledge on every non-TLS bind.
     def h2c(answer = true)
       set(:h2c, answer)

@@ -70,6 +70,14 @@ module Tsubame
       public_index: false,
       public_immutable: :fingerprint,
       x_sendfile_roots: [].freeze,
+      # Response compression by the engine (docs/FILES.md).
+      compress: false,
+      compress_min_size: 1024,
+      compress_types: %w[
+        text/ application/json application/javascript application/xml application/xhtml+xml
+        application/rss+xml application/atom+xml application/manifest+json application/ld+json
+        application/wasm image/svg+xml
+      ].freeze,
       early_hints: false,
       tls_self_signed: false,
       environment: "development",
@@ -115,7 +123,7 @@ module Tsubame
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
-      public_dir public_index public_immutable
+      public_dir public_index public_immutable compress compress_min_size compress_types
     ].freeze
 
     KINDS = {
@@ -166,6 +174,9 @@ module Tsubame
       public_index: :boolean,
       public_immutable: :public_immutable,
       x_sendfile_roots: :directories,
+      compress: :boolean,
+      compress_min_size: :integer,
+      compress_types: :content_types,
       early_hints: :boolean,
       tls_self_signed: :boolean,
       environment: :string,
@@ -337,6 +348,7 @@ module Tsubame
       when :public_dir then value.nil? ? nil : public_dir(key, value)
       when :public_immutable then public_immutable(key, value)
       when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
+      when :content_types then content_types(key, value)
       end
     end
 
@@ -346,6 +358,13 @@ module Tsubame
       return File.expand_path(text) if File.directory?(text)
 
       raise ConfigError, "#{key} must be an existing directory (got #{text.inspect})"
+    end
+
+    # A list, or one String of comma-separated types ("text/,application/json"
+    # from a flag); an entry ending in "/" is a prefix.
+    def content_types(key, value)
+      list = value.is_a?(String) ? value.split(",") : Array(value)
+      list.map { |type| string(key, type).strip.downcase }.reject(&:empty?).freeze
     end
 
     # nil, false or "off": no name is marked immutable; true or

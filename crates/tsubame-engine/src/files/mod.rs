@@ -8,7 +8,7 @@
 
 mod conditional;
 mod content_type;
-mod encoding;
+pub(crate) mod encoding;
 mod locate;
 mod path;
 mod range;
