@@ -91,6 +91,27 @@ module Tsubame
       opts.on("--h2c", "Cleartext HTTP/2 with prior knowledge on tcp:// and unix:// binds") do
         @options.set(:h2c, true, layer: LAYER)
       end
+      opts.on("--public DIR", "Serve files from DIR before the app (GET/HEAD; see docs/FILES.md)") do |dir|
+        @options.set(:public_dir, dir, layer: LAYER)
+      end
+      opts.on("--public-index", "With --public: index.html for a path ending in /") do
+        @options.set(:public_index, true, layer: LAYER)
+      end
+      opts.on("--public-immutable REGEX", "File names sent with Cache-Control immutable (off: none)") do |pattern|
+        @options.set(:public_immutable, pattern, layer: LAYER)
+      end
+      opts.on("--x-sendfile ROOT", "Rack::Sendfile hands files under ROOT to the engine (repeatable)") do |root|
+        @options.append(:x_sendfile_roots, root, layer: LAYER)
+      end
+      opts.on("--compress", "gzip/brotli responses by Accept-Encoding, in the engine (see docs/FILES.md)") do
+        @options.set(:compress, true, layer: LAYER)
+      end
+      opts.on("--compress-min-size BYTES", "With --compress: smallest body compressed (default 1024)") do |bytes|
+        @options.set(:compress_min_size, bytes, layer: LAYER)
+      end
+      opts.on("--compress-types LIST", "With --compress: comma-separated types; text/ is a prefix") do |list|
+        @options.set(:compress_types, list, layer: LAYER)
+      end
       opts.on("--early-hints", "Offer env[\"rack.early_hints\"] (103 responses)") do
         @options.set(:early_hints, true, layer: LAYER)
       end

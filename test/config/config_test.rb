@@ -42,7 +42,16 @@ class ConfigTest < Minitest::Test
     h2_max_concurrent_streams: 100,
     h2_initial_window_size: 1_048_576,
     h2_initial_connection_window_size: 4_194_304,
-    trust_forwarded_proto: false
+    trust_forwarded_proto: false,
+    public_dir: nil,
+    public_index: false,
+    compress: false,
+    compress_min_size: 1024,
+    compress_types: %w[
+      text/ application/json application/javascript application/xml application/xhtml+xml
+      application/rss+xml application/atom+xml application/manifest+json application/ld+json
+      application/wasm image/svg+xml
+    ]
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -72,6 +81,49 @@ class ConfigTest < Minitest::Test
 
   def test_native_defaults
     assert_equal NATIVE_DEFAULTS, Tsubame::Options.new.native
+  end
+
+  # The engine's own fingerprint pattern unless another is given; off is
+  # an explicit nil the engine reads as "none".
+  def test_public_folder_options
+    in_tmpdir do |dir|
+      options = Tsubame::Options.new
+      options[:public_dir] = dir
+      options[:public_index] = true
+      assert_equal [File.expand_path(dir), true], options.native.values_at(:public_dir, :public_index)
+      refute options.native.key?(:public_immutable)
+      options[:public_immutable] = /-\h{8}\./
+      assert_equal "-\\h{8}\\.", options.native[:public_immutable]
+      options[:public_immutable] = "off"
+      assert_equal [true, nil], [options.native.key?(:public_immutable), options.native[:public_immutable]]
+      assert_config_error(/public_dir must be an existing directory/) { options[:public_dir] = File.join(dir, "nope") }
+      assert_config_error(/public_immutable must be a Regexp/) { options[:public_immutable] = 3 }
+    end
+  end
+
+  def test_compress_directive_and_type_lists
+    options, = load_file("compress min_size: 512, types: %w[text/html Application/JSON]\n")
+    assert_equal [true, 512, %w[text/html application/json]],
+                 options.native.values_at(:compress, :compress_min_size, :compress_types)
+    options[:compress_types] = "text/, image/svg+xml,,"
+    assert_equal %w[text/ image/svg+xml], options.native[:compress_types]
+    options, = load_file("compress false\n")
+    assert_equal [false, 1024], options.native.values_at(:compress, :compress_min_size)
+    assert_config_error(/compress_min_size must be a non-negative integer/) { options[:compress_min_size] = "big" }
+  end
+
+  def test_x_sendfile_roots_from_the_directive_and_flags
+    in_tmpdir do |dir|
+      options, = load_file("x_sendfile #{dir.inspect}\nx_sendfile #{File.join(dir, ".").inspect}\n")
+      assert_equal [File.expand_path(dir)] * 2, options[:x_sendfile_roots]
+      refute options.native.key?(:x_sendfile_roots), "Ruby-side: the env and the check are made there"
+      options.append(:x_sendfile_roots, "/")
+      assert_equal "/", options[:x_sendfile_roots].last
+      assert_config_error(/x_sendfile_roots must be an existing directory/) do
+        options.append(:x_sendfile_roots, File.join(dir, "missing"))
+      end
+    end
+    assert_equal [], Tsubame::Options.new[:x_sendfile_roots]
   end
 
   def test_ruby_only_defaults
@@ -199,6 +251,8 @@ class ConfigTest < Minitest::Test
       h2_initial_window_size 100_000
       h2_initial_connection_window_size 200_000
       trust_forwarded_proto
+      public_dir "/tmp", index: true, immutable: /\\.v\\d+\\./
+      compress min_size: 256, types: ["text/html"]
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -213,7 +267,8 @@ class ConfigTest < Minitest::Test
         handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
-        trust_forwarded_proto: true
+        trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
+        compress: true, compress_min_size: 256, compress_types: ["text/html"]
       },
       options.native
     )

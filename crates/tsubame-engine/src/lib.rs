@@ -13,8 +13,10 @@
 
 #![deny(unsafe_code)]
 
+pub mod compress;
 pub mod dispatch;
 pub mod error;
+pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod h2;

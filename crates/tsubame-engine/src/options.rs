@@ -84,7 +84,26 @@ pub struct EngineOptions {
     pub h2_initial_connection_window_size: u32,
     /// Take `X-Forwarded-Proto` (from a trusted proxy) as `rack.url_scheme`.
     pub trust_forwarded_proto: bool,
+    /// The public folder: files answered by the engine before the app
+    /// (`files/`); `None` turns it off.
+    pub public_dir: Option<std::path::PathBuf>,
+    /// Serve `index.html` for a directory path ending in `/`.
+    pub public_index: bool,
+    /// File names that get `Cache-Control: public, max-age=31536000,
+    /// immutable` (a regex); `None` for none.
+    pub public_immutable: Option<String>,
+    /// Compress whole response bodies by Accept-Encoding (`compress/`).
+    pub compress: bool,
+    /// Bodies shorter than this are not compressed.
+    pub compress_min_size: u64,
+    /// Content types compressed; an entry ending in `/` is a prefix.
+    pub compress_types: Vec<String>,
 }
+
+/// Fingerprinted names as asset pipelines write them (Rails' Propshaft and
+/// Sprockets: `name-<hex digest>.ext`), with or without a compression
+/// suffix.
+pub const DEFAULT_IMMUTABLE: &str = r"-[0-9a-fA-F]{8,64}\.[A-Za-z0-9]+(\.(br|gz|zst))?$";
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -130,6 +149,26 @@ impl Default for EngineOptions {
             h2_initial_window_size: 1024 * 1024,
             h2_initial_connection_window_size: 4 * 1024 * 1024,
             trust_forwarded_proto: false,
+            public_dir: None,
+            public_index: false,
+            public_immutable: Some(DEFAULT_IMMUTABLE.to_string()),
+            compress: false,
+            compress_min_size: 1024,
+            compress_types: [
+                "text/",
+                "application/json",
+                "application/javascript",
+                "application/xml",
+                "application/xhtml+xml",
+                "application/rss+xml",
+                "application/atom+xml",
+                "application/manifest+json",
+                "application/ld+json",
+                "application/wasm",
+                "image/svg+xml",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 }

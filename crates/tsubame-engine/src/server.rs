@@ -89,8 +89,21 @@ impl Engine {
                 tls.push(listener.clone());
             }
         }
+        let public = match &opts.public_dir {
+            Some(dir) => Some(
+                crate::files::Public::new(dir, opts.public_index, opts.public_immutable.as_deref()).map_err(|e| {
+                    BindError::Invalid {
+                        uri: "public_dir".to_string(),
+                        reason: e.to_string(),
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        let mut shared = Shared::new(opts, routes);
+        shared.public = public;
         Ok(Engine {
-            shared: Arc::new(Shared::new(opts, routes)),
+            shared: Arc::new(shared),
             listeners: Mutex::new(listeners),
             addresses,
             tls,

@@ -37,6 +37,10 @@ pub(crate) struct Shared {
     pub(crate) readiness: Readiness,
     pub(crate) seq: AtomicU64,
     pub(crate) max_connections: u64,
+    /// The public folder, when `public_dir` is set (see `files/`).
+    pub(crate) public: Option<crate::files::Public>,
+    /// Response compression, when `compress` is on.
+    pub(crate) compression: Option<crate::compress::Compression>,
 }
 
 impl Shared {
@@ -52,6 +56,10 @@ impl Shared {
             opts.readiness_queue_wait,
             opts.readiness_hold,
         );
+        let compression = opts.compress.then(|| crate::compress::Compression {
+            min_size: opts.compress_min_size,
+            types: opts.compress_types.clone(),
+        });
         Shared {
             readiness,
             spool_gate: SpoolGate::with_memory(opts.max_spooled_uploads, opts.upload_dir.clone(), opts.upload_memory),
@@ -68,6 +76,8 @@ impl Shared {
             stop_notify: Notify::new(),
             conn_closed: Notify::new(),
             nudger: Notify::new(),
+            public: None,
+            compression,
         }
     }
 

@@ -23,6 +23,10 @@ pub struct Stats {
     pub accept_errors: AtomicU64,
     /// Times idle_memory_trim gave freed memory back to the OS.
     pub memory_trims: AtomicU64,
+    /// File bodies sent with sendfile(2) (plain HTTP/1 sockets).
+    pub files_sendfile: AtomicU64,
+    /// File bodies read and written by the engine (TLS, HTTP/2).
+    pub files_copied: AtomicU64,
     pub shed_queue_full: AtomicU64,
     pub shed_queue_timeout: AtomicU64,
     pub shed_request_timeout: AtomicU64,
@@ -45,6 +49,8 @@ pub struct StatsSnapshot {
     pub spool_errors: u64,
     pub accept_errors: u64,
     pub memory_trims: u64,
+    pub files_sendfile: u64,
+    pub files_copied: u64,
     pub shed_queue_full: u64,
     pub shed_queue_timeout: u64,
     pub shed_request_timeout: u64,
@@ -83,6 +89,8 @@ impl Stats {
             spool_errors: get(&self.spool_errors),
             accept_errors: get(&self.accept_errors),
             memory_trims: get(&self.memory_trims),
+            files_sendfile: get(&self.files_sendfile),
+            files_copied: get(&self.files_copied),
             shed_queue_full: get(&self.shed_queue_full),
             shed_queue_timeout: get(&self.shed_queue_timeout),
             shed_request_timeout: get(&self.shed_request_timeout),

@@ -197,6 +197,7 @@ impl Request {
                                 status,
                                 head: Bytes::from(finished.bytes),
                                 file,
+                                offset: 0,
                                 len,
                                 close,
                             },

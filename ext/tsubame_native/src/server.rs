@@ -67,6 +67,12 @@ const OPTION_KEYS: &[&str] = &[
     "h2_initial_window_size",
     "h2_initial_connection_window_size",
     "trust_forwarded_proto",
+    "public_dir",
+    "public_index",
+    "public_immutable",
+    "compress",
+    "compress_min_size",
+    "compress_types",
 ];
 
 struct OptionReader<'a> {
@@ -192,6 +198,12 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
             .get("h2_initial_connection_window_size")?
             .unwrap_or(d.h2_initial_connection_window_size),
         trust_forwarded_proto: r.get("trust_forwarded_proto")?.unwrap_or(d.trust_forwarded_proto),
+        public_dir: r.get::<RString>("public_dir")?.map(os_path),
+        public_index: r.get("public_index")?.unwrap_or(d.public_index),
+        public_immutable: r.optional("public_immutable", d.public_immutable)?,
+        compress: r.get("compress")?.unwrap_or(d.compress),
+        compress_min_size: r.get("compress_min_size")?.unwrap_or(d.compress_min_size),
+        compress_types: r.get::<Vec<String>>("compress_types")?.unwrap_or(d.compress_types),
     })
 }
 
@@ -350,6 +362,8 @@ impl Server {
         hash.aset("spool_errors", s.spool_errors)?;
         hash.aset("accept_errors", s.accept_errors)?;
         hash.aset("memory_trims", s.memory_trims)?;
+        hash.aset("files_sendfile", s.files_sendfile)?;
+        hash.aset("files_copied", s.files_copied)?;
         hash.aset("backlog", s.backlog)?;
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;

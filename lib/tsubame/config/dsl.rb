@@ -96,6 +96,28 @@ module Tsubame
       set(:http2, answer)
     end
 
+    # The public folder, served by the engine before the app
+    # (docs/FILES.md): `public_dir "public", index: true, immutable: /-\h{8,}\./`.
+    def public_dir(path, index: false, immutable: :fingerprint)
+      set(:public_dir, path)
+      set(:public_index, index)
+      set(:public_immutable, immutable)
+    end
+
+    # X-Sendfile: Rack::Sendfile hands files under these directories to the
+    # engine (docs/FILES.md). Each call adds roots.
+    def x_sendfile(*roots)
+      roots.flatten.each { |root| @options.append(:x_sendfile_roots, root, layer: LAYER) }
+    end
+
+    # Response compression by the engine (docs/FILES.md):
+    # `compress`, `compress min_size: 512, types: %w[text/ application/json]`.
+    def compress(answer = true, min_size: nil, types: nil)
+      set(:compress, answer)
+      set(:compress_min_size, min_size) unless min_size.nil?
+      set(:compress_types, types) unless types.nil?
+    end
+
     # Cleartext HTTP/2 with prior knowledge on every non-TLS bind.
     def h2c(answer = true)
       set(:h2c, answer)

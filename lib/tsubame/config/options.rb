@@ -64,6 +64,20 @@ module Tsubame
       h2_initial_window_size: 1_048_576,
       h2_initial_connection_window_size: 4_194_304,
       trust_forwarded_proto: false,
+      # The public folder (docs/FILES.md). :fingerprint is the engine's own
+      # pattern for fingerprinted names.
+      public_dir: nil,
+      public_index: false,
+      public_immutable: :fingerprint,
+      x_sendfile_roots: [].freeze,
+      # Response compression by the engine (docs/FILES.md).
+      compress: false,
+      compress_min_size: 1024,
+      compress_types: %w[
+        text/ application/json application/javascript application/xml application/xhtml+xml
+        application/rss+xml application/atom+xml application/manifest+json application/ld+json
+        application/wasm image/svg+xml
+      ].freeze,
       early_hints: false,
       tls_self_signed: false,
       environment: "development",
@@ -109,6 +123,7 @@ module Tsubame
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
+      public_dir public_index public_immutable compress compress_min_size compress_types
     ].freeze
 
     KINDS = {
@@ -155,6 +170,13 @@ module Tsubame
       h2_initial_window_size: :window_size,
       h2_initial_connection_window_size: :window_size,
       trust_forwarded_proto: :boolean,
+      public_dir: :public_dir,
+      public_index: :boolean,
+      public_immutable: :public_immutable,
+      x_sendfile_roots: :directories,
+      compress: :boolean,
+      compress_min_size: :integer,
+      compress_types: :content_types,
       early_hints: :boolean,
       tls_self_signed: :boolean,
       environment: :string,
@@ -188,7 +210,7 @@ module Tsubame
       on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings hooks fiber_paths].freeze
+    LIST_KINDS = %i[binds strings hooks fiber_paths directories].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -269,6 +291,8 @@ module Tsubame
       # config file turned them on.
       hash[:log_requests] = hash[:log_requests] && !self[:quiet]
       hash[:binds] = hash[:binds].dup
+      # Absent: the engine's default pattern.
+      hash.delete(:public_immutable) if hash[:public_immutable] == :fingerprint
       hash
     end
 
@@ -321,6 +345,38 @@ module Tsubame
       when :hooks then Array(value).map { |hook| callable(key, hook) }.freeze
       when :fiber_paths then Array(value).map { |path| fiber_path(key, path) }.freeze
       when :window_size then window_size(key, value)
+      when :public_dir then value.nil? ? nil : public_dir(key, value)
+      when :public_immutable then public_immutable(key, value)
+      when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
+      when :content_types then content_types(key, value)
+      end
+    end
+
+    # An existing directory, made absolute so a later chdir cannot move it.
+    def public_dir(key, value)
+      text = string(key, value)
+      return File.expand_path(text) if File.directory?(text)
+
+      raise ConfigError, "#{key} must be an existing directory (got #{text.inspect})"
+    end
+
+    # A list, or one String of comma-separated types ("text/,application/json"
+    # from a flag); an entry ending in "/" is a prefix.
+    def content_types(key, value)
+      list = value.is_a?(String) ? value.split(",") : Array(value)
+      list.map { |type| string(key, type).strip.downcase }.reject(&:empty?).freeze
+    end
+
+    # nil, false or "off": no name is marked immutable; true or
+    # "fingerprint": the default pattern; a Regexp or String: a pattern of
+    # the engine's regex crate, matched against the file's name.
+    def public_immutable(key, value)
+      case value
+      when nil, false, "off" then nil
+      when true, :fingerprint, "fingerprint" then :fingerprint
+      when Regexp then value.source
+      when String then value
+      else raise ConfigError, "#{key} must be a Regexp, a String pattern, true or off (got #{value.inspect})"
       end
     end
 

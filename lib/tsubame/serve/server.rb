@@ -19,6 +19,7 @@ require "tsubame/support/clock"
 require "tsubame/fiber/loop"
 require "tsubame/fiber/routes"
 require "tsubame/serve/idle_memory"
+require "tsubame/serve/x_sendfile"
 require "tsubame/support/named_thread"
 
 module Tsubame
@@ -90,6 +91,8 @@ module Tsubame
       bind
       @base_env = base_env
       @early_hints = @options[:early_hints]
+      roots = @options[:x_sendfile_roots]
+      @x_sendfile = roots.empty? ? nil : XSendfile.new(roots, @app_errors.method(:log_line))
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
@@ -232,6 +235,7 @@ module Tsubame
     def env_for(request)
       env = request.env(@base_env)
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
+      @x_sendfile&.prepare(env)
       env
     end
 
@@ -241,6 +245,8 @@ module Tsubame
       begin
         status, headers, body = @app.call(env)
         return if request.hijacked?
+
+        status, headers, body = @x_sendfile.apply(status, headers, body) if @x_sendfile
 
         result = request.respond(status, headers, body)
         stream(result, headers, body) unless result == true

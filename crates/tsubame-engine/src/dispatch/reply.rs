@@ -24,11 +24,13 @@ pub enum Reply {
         framing: StreamFraming,
         close: bool,
     },
-    /// The head, then `len` bytes of an open file, read by the engine.
+    /// The head, then `len` bytes of an open file from `offset`, sent by
+    /// the engine.
     File {
         status: u16,
         head: Bytes,
         file: File,
+        offset: u64,
         len: u64,
         close: bool,
     },

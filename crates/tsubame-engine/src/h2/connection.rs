@@ -12,6 +12,7 @@
 //! in rustls and reach the socket once per pass of the connection task
 //! (`h2/io.rs`), not once per frame.
 
+use crate::compress::accept_encoding;
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -35,7 +36,7 @@ use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -164,39 +165,50 @@ async fn serve_stream(
     Stats::bump(&shared.stats.requests_total);
     let (method, target) = (head.method.clone(), head.target.clone());
     let wants_json = accepts_json(&head);
-    let submitted = submit(&shared, head, body, &conn, true, received_at, &target);
-    let Some(Submitted { mut answer, state, seq }) = submitted.await else {
-        return refuse(&mut respond, &shared, HttpError::Internal("server is shutting down")).await;
+    let accept_encoding = shared.compression.as_ref().and_then(|_| accept_encoding(&head));
+    let public = shared.public.as_ref().and_then(|p| p.answer(&head, true));
+    let reply = if let Some(reply) = public {
+        reply
+    } else {
+        let submitted = submit(&shared, head, body, &conn, true, received_at, &target);
+        let Some(Submitted { mut answer, state, seq }) = submitted.await else {
+            return refuse(&mut respond, &shared, HttpError::Internal("server is shutting down")).await;
+        };
+        while let Answer::Reply(Reply::Interim { head, next }) = answer {
+            if let Some((response, _)) = response_parts(&head) {
+                if respond.send_informational(response).is_err() {
+                    return;
+                }
+            }
+            answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
+        }
+        let reply = match answer {
+            Answer::Reply(reply) => reply,
+            Answer::Shed(reason) => {
+                shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
+                let data = unavailable_response(reason, wants_json, shared.opts.retry_after, true, Version::Http2);
+                Reply::Full {
+                    status: 503,
+                    data: data.into(),
+                    body_len: 0,
+                    close: false,
+                }
+            }
+            Answer::Dropped => {
+                log::error("an application thread dropped a request without answering it");
+                return refuse(
+                    &mut respond,
+                    &shared,
+                    HttpError::Internal("no response from the application"),
+                )
+                .await;
+            }
+        };
+        reply
     };
-    while let Answer::Reply(Reply::Interim { head, next }) = answer {
-        if let Some((response, _)) = response_parts(&head) {
-            if respond.send_informational(response).is_err() {
-                return;
-            }
-        }
-        answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
-    }
-    let reply = match answer {
-        Answer::Reply(reply) => reply,
-        Answer::Shed(reason) => {
-            shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
-            let data = unavailable_response(reason, wants_json, shared.opts.retry_after, true, Version::Http2);
-            Reply::Full {
-                status: 503,
-                data: data.into(),
-                body_len: 0,
-                close: false,
-            }
-        }
-        Answer::Dropped => {
-            log::error("an application thread dropped a request without answering it");
-            return refuse(
-                &mut respond,
-                &shared,
-                HttpError::Internal("no response from the application"),
-            )
-            .await;
-        }
+    let reply = match &shared.compression {
+        Some(compression) => compression.apply(reply, accept_encoding).await,
+        None => reply,
     };
     let status = reply_status(&reply);
     let body_bytes = write_reply(&mut respond, reply, &shared).await;
@@ -568,15 +580,21 @@ async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &S
     match reply {
         Reply::Full { data, .. } => send_full(respond, data, shared).await,
         Reply::File {
-            head, mut file, len, ..
+            head,
+            file,
+            offset,
+            len,
+            ..
         } => {
             let (response, _) = response_parts(&head)?;
             let mut stream = respond.send_response(response, len == 0).ok()?;
+            // DATA frames carry the bytes, so they pass through the engine.
+            Stats::bump(&shared.stats.files_copied);
             let mut sent = 0u64;
             while sent < len {
                 let want = (len - sent).min(FILE_CHUNK as u64) as usize;
                 let mut chunk = vec![0u8; want];
-                let n = match file.read(&mut chunk) {
+                let n = match file.read_at(&mut chunk, offset + sent) {
                     Ok(0) | Err(_) => {
                         log::error("file body ended before its length; resetting the stream");
                         stream.send_reset(Reason::INTERNAL_ERROR);

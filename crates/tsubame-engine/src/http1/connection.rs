@@ -2,6 +2,7 @@
 //! the application's reply, write it, repeat while keep-alive holds.
 //! No Ruby runs here and nothing here waits on the GVL.
 
+use crate::compress::accept_encoding;
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -21,7 +22,7 @@ use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
 use bytes::{Bytes, BytesMut};
-use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,6 +36,13 @@ const FIRST_REQUEST_GRACE: std::time::Duration = std::time::Duration::from_secs(
 /// `read_head`).
 const IDLE_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 const FILE_CHUNK: usize = 64 * 1024;
+/// At most this much per sendfile(2) call: a socket takes far less at a
+/// time anyway, and a cold file's disk reads stay short on the runtime's
+/// thread.
+const SENDFILE_CHUNK: u64 = 1024 * 1024;
+/// Files up to this size are read and written with their head in one
+/// write instead of sent with sendfile.
+const SMALL_FILE: u64 = 32 * 1024;
 /// At most this many messages of a streamed body per write: two iovecs
 /// each stay well under IOV_MAX (1024), and the channel's byte limit
 /// already bounds the size.
@@ -117,53 +125,67 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let wants_json = accepts_json(&head);
         let keep_alive = head.keep_alive && !shared.is_leaving();
         let version = head.version;
-        let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
-        let Some(Submitted { mut answer, state, seq }) = submitted.await else {
-            return refuse(
-                &mut io,
-                &mut buf,
-                &shared,
-                &conn,
-                HttpError::Internal("server is shutting down"),
-            )
-            .await;
-        };
-        while let Answer::Reply(Reply::Interim { head, next }) = answer {
-            // An HTTP/1.0 client would take a 1xx for the response itself
-            // (RFC 9110 §15.2), so it never sees one.
-            if version == crate::message::head::Version::Http11
-                && !matches!(
-                    timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
-                    Ok(Ok(()))
-                )
-            {
-                Stats::bump(&shared.stats.client_disconnects);
-                return;
-            }
-            answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
-        }
-        let reply = match answer {
-            Answer::Reply(reply) => reply,
-            Answer::Shed(reason) => {
-                shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
-                Reply::Full {
-                    status: 503,
-                    data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version).into(),
-                    body_len: 0,
-                    close: !keep_alive,
-                }
-            }
-            Answer::Dropped => {
-                log::error("an application thread dropped a request without answering it");
+        // The public folder answers first; whatever it does not have goes
+        // on to the app.
+        let accept_encoding = shared.compression.as_ref().and_then(|_| accept_encoding(&head));
+        let public = shared.public.as_ref().and_then(|p| p.answer(&head, keep_alive));
+        let reply = if let Some(reply) = public {
+            reply
+        } else {
+            let submitted = submit(&shared, head, body, &conn, keep_alive, received_at, &target);
+            let Some(Submitted { mut answer, state, seq }) = submitted.await else {
                 return refuse(
                     &mut io,
                     &mut buf,
                     &shared,
                     &conn,
-                    HttpError::Internal("no response from the application"),
+                    HttpError::Internal("server is shutting down"),
                 )
                 .await;
+            };
+            while let Answer::Reply(Reply::Interim { head, next }) = answer {
+                // An HTTP/1.0 client would take a 1xx for the response itself
+                // (RFC 9110 §15.2), so it never sees one.
+                if version == crate::message::head::Version::Http11
+                    && !matches!(
+                        timeout(shared.opts.body_timeout, send(&mut io, &head)).await,
+                        Ok(Ok(()))
+                    )
+                {
+                    Stats::bump(&shared.stats.client_disconnects);
+                    return;
+                }
+                answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
             }
+            let reply = match answer {
+                Answer::Reply(reply) => reply,
+                Answer::Shed(reason) => {
+                    shed(&shared, reason, (&method, &target, &conn.peer_addr), seq, received_at);
+                    Reply::Full {
+                        status: 503,
+                        data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version)
+                            .into(),
+                        body_len: 0,
+                        close: !keep_alive,
+                    }
+                }
+                Answer::Dropped => {
+                    log::error("an application thread dropped a request without answering it");
+                    return refuse(
+                        &mut io,
+                        &mut buf,
+                        &shared,
+                        &conn,
+                        HttpError::Internal("no response from the application"),
+                    )
+                    .await;
+                }
+            };
+            reply
+        };
+        let reply = match &shared.compression {
+            Some(compression) => compression.apply(reply, accept_encoding).await,
+            None => reply,
         };
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
@@ -378,8 +400,13 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             _ => (Written::Failed, 0),
         },
         Reply::File {
-            head, file, len, close, ..
-        } => write_file(io, head, file, len, close, shared).await,
+            head,
+            file,
+            offset,
+            len,
+            close,
+            ..
+        } => write_file(io, head, file, offset..offset + len, close, shared).await,
         Reply::Stream {
             head,
             chunks,
@@ -394,34 +421,122 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
 async fn write_file<T: ClientIo>(
     io: &mut T,
     head: Bytes,
-    mut file: std::fs::File,
-    len: u64,
+    file: std::fs::File,
+    region: std::ops::Range<u64>,
     close: bool,
     shared: &Shared,
 ) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
+    let len = region.end - region.start;
+    if len <= SMALL_FILE {
+        // Small files go out with their head in one write: one syscall and
+        // one packet, where sendfile would add a second of each.
+        Stats::bump(&shared.stats.files_copied);
+        let mut data = Vec::with_capacity(head.len() + len as usize);
+        data.extend_from_slice(&head);
+        data.resize(head.len() + len as usize, 0);
+        let body = &mut data[head.len()..];
+        if file.read_exact_at(body, region.start).is_err() {
+            // Nothing was sent yet: the head that promised `len` bytes
+            // goes out with the ones the file still has, then the close.
+            let got = read_some_at(&file, body, region.start);
+            let _ = timeout(write_timeout, send(io, &data[..head.len() + got])).await;
+            log::error("file body ended before its length; closing the connection");
+            return (Written::Failed, got as u64);
+        }
+        return match timeout(write_timeout, send(io, &data)).await {
+            Ok(Ok(())) => (Written::KeepAlive(!close), len),
+            _ => (Written::Failed, 0),
+        };
+    }
     if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
+    let sent = if T::SENDS_FILES {
+        Stats::bump(&shared.stats.files_sendfile);
+        send_file_in_kernel(io, &file, region, write_timeout).await
+    } else {
+        Stats::bump(&shared.stats.files_copied);
+        read_and_send_file(io, &file, region, write_timeout).await
+    };
+    match sent {
+        FileSent::All => (Written::KeepAlive(!close), len),
+        FileSent::Short(sent) => {
+            // The head promised `len` bytes: ending the connection is the
+            // only way to tell the client the body is incomplete.
+            log::error("file body ended before its length; closing the connection");
+            (Written::Failed, sent)
+        }
+        FileSent::Failed(sent) => (Written::Failed, sent),
+    }
+}
+
+/// How many bytes of `buf` the file has from `offset` (it shrank).
+fn read_some_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> usize {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    got
+}
+
+enum FileSent {
+    All,
+    /// The file ended (it shrank) after this many body bytes.
+    Short(u64),
+    /// The client went away or stopped reading after this many body bytes.
+    Failed(u64),
+}
+
+/// Plain sockets: sendfile(2), the bytes never enter user space. Each call
+/// sends what the socket buffer takes, so the write timeout bounds the
+/// wait for progress, not the whole body.
+async fn send_file_in_kernel<T: ClientIo>(
+    io: &mut T,
+    file: &std::fs::File,
+    region: std::ops::Range<u64>,
+    write_timeout: std::time::Duration,
+) -> FileSent {
+    let mut offset = region.start;
+    while offset < region.end {
+        let want = (region.end - offset).min(SENDFILE_CHUNK) as usize;
+        let step = std::future::poll_fn(|cx| io.poll_send_file(cx, file, &mut offset, want));
+        match timeout(write_timeout, step).await {
+            Ok(Ok(0)) => return FileSent::Short(offset - region.start),
+            Ok(Ok(_)) => {}
+            _ => return FileSent::Failed(offset - region.start),
+        }
+    }
+    FileSent::All
+}
+
+/// TLS: the bytes must pass through rustls, so they are read and written.
+async fn read_and_send_file<T: ClientIo>(
+    io: &mut T,
+    file: &std::fs::File,
+    region: std::ops::Range<u64>,
+    write_timeout: std::time::Duration,
+) -> FileSent {
+    let len = region.end - region.start;
     let mut sent: u64 = 0;
     let mut chunk = vec![0u8; FILE_CHUNK];
     while sent < len {
         let want = (len - sent).min(FILE_CHUNK as u64) as usize;
         // Served files are read through the page cache; a blocking-pool hop
         // per 64 KiB would cost more than the read.
-        let n = match file.read(&mut chunk[..want]) {
-            Ok(0) | Err(_) => {
-                log::error("file body ended before its length; closing the connection");
-                return (Written::Failed, sent);
-            }
+        let n = match file.read_at(&mut chunk[..want], region.start + sent) {
+            Ok(0) | Err(_) => return FileSent::Short(sent),
             Ok(n) => n,
         };
         if !matches!(timeout(write_timeout, send(io, &chunk[..n])).await, Ok(Ok(()))) {
-            return (Written::Failed, sent);
+            return FileSent::Failed(sent);
         }
         sent += n as u64;
     }
-    (Written::KeepAlive(!close), sent)
+    FileSent::All
 }
 
 async fn write_stream<T: ClientIo>(

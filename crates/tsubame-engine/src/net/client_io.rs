@@ -1,10 +1,13 @@
 //! The client sockets the engine serves: plain TCP, UNIX and TLS streams
 //! behind one trait, and the writes every protocol uses on them.
 
+use crate::sys;
 use bytes::Bytes;
+use std::fs::File;
 use std::io::IoSlice;
-use std::os::fd::OwnedFd;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use std::os::fd::{AsFd, OwnedFd};
+use std::task::{ready, Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 
 /// How much a connection reads from its socket at a time.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
@@ -16,7 +19,53 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// records). Plain sockets say no, so their flush is compiled out.
     const BUFFERS_WRITES: bool = false;
 
+    /// Whether `poll_send_file` works: the stream is a plain socket the
+    /// kernel can copy a file into (sendfile). TLS must encrypt, so it
+    /// reads and writes instead.
+    const SENDS_FILES: bool = false;
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
+
+    /// Sends up to `count` bytes of `file` from `*offset` straight from the
+    /// kernel (sendfile), once the socket can take them; advances `*offset`
+    /// and returns how many went. `Ok(0)` means the file ends at `*offset`.
+    /// Only called when `SENDS_FILES`.
+    fn poll_send_file(
+        &mut self,
+        _cx: &mut Context<'_>,
+        _file: &File,
+        _offset: &mut u64,
+        _count: usize,
+    ) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Err(std::io::ErrorKind::Unsupported.into()))
+    }
+}
+
+/// Writes a file region with `ClientIo::poll_send_file` for the two plain
+/// socket types: wait until writable, try, and on WouldBlock (tokio then
+/// forgets the readiness) wait again.
+macro_rules! poll_send_file_on_socket {
+    () => {
+        const SENDS_FILES: bool = true;
+
+        fn poll_send_file(
+            &mut self,
+            cx: &mut Context<'_>,
+            file: &File,
+            offset: &mut u64,
+            count: usize,
+        ) -> Poll<std::io::Result<usize>> {
+            loop {
+                ready!(self.poll_write_ready(cx))?;
+                match self.try_io(Interest::WRITABLE, || {
+                    sys::sendfile(self.as_fd(), file.as_fd(), offset, count)
+                }) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    done => return Poll::Ready(done),
+                }
+            }
+        }
+    };
 }
 
 /// Writes all of `bytes` and, where the stream buffers, pushes them out:
@@ -53,6 +102,8 @@ pub(crate) async fn send_parts<T: ClientIo>(io: &mut T, parts: &[Bytes]) -> std:
 }
 
 impl ClientIo for tokio::net::TcpStream {
+    poll_send_file_on_socket!();
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
         let std = self.into_std()?;
         // Ruby's IO expects to manage blocking itself; hand it a plain socket.
@@ -76,6 +127,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rust
 }
 
 impl ClientIo for tokio::net::UnixStream {
+    poll_send_file_on_socket!();
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
         let std = self.into_std()?;
         std.set_nonblocking(false)?;

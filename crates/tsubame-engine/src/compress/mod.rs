@@ -1,0 +1,171 @@
+//! Response compression (`--compress`): whole in-memory bodies the app
+//! returned (Array bodies) are gzip- or brotli-encoded by the engine, on a
+//! blocking-pool thread, never on an app thread. What is compressed and
+//! what is left alone is decided in `decide.rs` from the response head;
+//! `head.rs` rewrites the head.
+
+mod decide;
+mod head;
+
+use crate::dispatch::reply::Reply;
+use crate::files::encoding::{choose, Coding};
+use bytes::Bytes;
+use std::io::Write;
+
+/// The request's Accept-Encoding (its first line), kept for `apply` while
+/// the head goes to the app.
+pub(crate) fn accept_encoding(head: &crate::message::head::RequestHead) -> Option<Bytes> {
+    head.headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(b"accept-encoding"))
+        .map(|(_, value)| value.clone())
+}
+
+/// The compression settings, ready to use.
+#[derive(Debug, Clone)]
+pub struct Compression {
+    /// Bodies shorter than this are sent as they are.
+    pub min_size: u64,
+    /// Content types (before any `;`) that are compressed: an entry ending
+    /// in `/` is a prefix (`text/`), any other must match whole.
+    pub types: Vec<String>,
+}
+
+impl Compression {
+    /// The reply to send for a request whose Accept-Encoding was `accept`:
+    /// the same reply, or a `Full` one with its body encoded.
+    pub(crate) async fn apply(&self, reply: Reply, accept: Option<Bytes>) -> Reply {
+        let Reply::Full {
+            status,
+            data,
+            body_len,
+            close,
+        } = reply
+        else {
+            return reply;
+        };
+        let unchanged = |data| Reply::Full {
+            status,
+            data,
+            body_len,
+            close,
+        };
+        let Some(plan) = decide::plan(&data, body_len, self) else {
+            return unchanged(data);
+        };
+        let Some(coding) = choose(accept.as_deref(), &[Coding::Br, Coding::Gzip]) else {
+            // Compressible, so the answer varies with Accept-Encoding even
+            // when this client gets it plain.
+            return unchanged(head::add_vary(&data, plan.head_len).into());
+        };
+        let source = data.clone();
+        let encoded = tokio::task::spawn_blocking(move || encode(&source[plan.head_len..], coding)).await;
+        match encoded {
+            Ok(Ok(body)) if (body.len() as u64) < body_len => {
+                let mut out = head::rewrite(&data[..plan.head_len], coding, body.len() as u64);
+                let new_len = body.len() as u64;
+                out.extend_from_slice(&body);
+                Reply::Full {
+                    status,
+                    data: out.into(),
+                    body_len: new_len,
+                    close,
+                }
+            }
+            // No smaller, or the encoder failed: sent as it was.
+            _ => unchanged(head::add_vary(&data, plan.head_len).into()),
+        }
+    }
+}
+
+/// gzip at level 6 (nginx's and most proxies' default), brotli at quality 5
+/// (close to gzip's speed, smaller).
+fn encode(body: &[u8], coding: Coding) -> std::io::Result<Vec<u8>> {
+    match coding {
+        Coding::Gzip => {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::with_capacity(body.len() / 3), flate2::Compression::new(6));
+            encoder.write_all(body)?;
+            encoder.finish()
+        }
+        _ => {
+            let mut out = Vec::with_capacity(body.len() / 3);
+            {
+                let mut encoder = brotli::CompressorWriter::new(&mut out, 64 * 1024, 5, 22);
+                encoder.write_all(body)?;
+                encoder.flush()?;
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn settings() -> Compression {
+        Compression {
+            min_size: 100,
+            types: vec!["text/".into()],
+        }
+    }
+
+    fn full(head: &str, body: &[u8]) -> Reply {
+        let mut data = format!("{head}\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+        data.extend_from_slice(body);
+        Reply::Full {
+            status: 200,
+            data: data.into(),
+            body_len: body.len() as u64,
+            close: false,
+        }
+    }
+
+    fn run(reply: Reply, accept: Option<&'static [u8]>) -> (String, Vec<u8>) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let reply = runtime.block_on(settings().apply(reply, accept.map(Bytes::from_static)));
+        let Reply::Full { data, body_len, .. } = reply else {
+            panic!("not a full reply")
+        };
+        let end = memchr::memmem::find(&data, b"\r\n\r\n").unwrap() + 4;
+        assert_eq!((data.len() - end) as u64, body_len);
+        (String::from_utf8(data[..end].to_vec()).unwrap(), data[end..].to_vec())
+    }
+
+    #[test]
+    fn gzip_and_brotli_round_trip() {
+        let body = "hello compressible world. ".repeat(200).into_bytes();
+        let (head, gz) = run(full("HTTP/1.1 200 OK\r\ncontent-type: text/html", &body), Some(b"gzip"));
+        assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+        assert!(head.contains(&format!("content-length: {}\r\n", gz.len())), "{head}");
+        assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
+        let mut plain = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut plain).unwrap();
+        assert_eq!(plain, body);
+
+        let (head, br) = run(
+            full("HTTP/1.1 200 OK\r\ncontent-type: text/html", &body),
+            Some(b"gzip, br"),
+        );
+        assert!(head.contains("content-encoding: br\r\n"), "{head}");
+        let mut plain = Vec::new();
+        brotli::Decompressor::new(&br[..], 4096)
+            .read_to_end(&mut plain)
+            .unwrap();
+        assert_eq!(plain, body);
+    }
+
+    #[test]
+    fn plain_answers_still_vary_and_the_rest_is_untouched() {
+        let body = "x".repeat(500).into_bytes();
+        let (head, out) = run(full("HTTP/1.1 200 OK\r\ncontent-type: text/plain", &body), None);
+        assert!(head.contains("vary: accept-encoding\r\n"), "{head}");
+        assert!(!head.contains("content-encoding"), "{head}");
+        assert_eq!(out, body);
+        let (head, out) = run(full("HTTP/1.1 200 OK\r\ncontent-type: image/png", &body), Some(b"gzip"));
+        assert!(!head.contains("vary") && !head.contains("content-encoding"), "{head}");
+        assert_eq!(out, body);
+    }
+}

@@ -1,0 +1,114 @@
+# frozen_string_literal: true
+
+require "http1/support"
+require "tls/support"
+require "zlib"
+
+# --compress: whole bodies (Array bodies) gzip- or brotli-encoded by the
+# engine, chosen by Accept-Encoding; everything else left as it was.
+class CompressTest < Minitest::Test
+  include Tsubame::TestHelpers
+  include Tsubame::HttpSupport
+  include Tsubame::TlsSupport
+
+  HTML = ("<p>Tsubame compresses this paragraph, which repeats.</p>\n" * 200).freeze
+
+  APP = <<~RUBY
+    html = #{HTML.dump}
+    run lambda { |env|
+      type = "text/html; charset=utf-8"
+      case env["PATH_INFO"]
+      when "/html" then [200, { "content-type" => type, "etag" => '"v1"', "vary" => "Cookie" }, [html]]
+      when "/json" then [200, { "content-type" => "application/json" }, ['{"a":' + "1," * 2000 + '"b":2}']]
+      when "/png" then [200, { "content-type" => "image/png" }, [html]]
+      when "/small" then [200, { "content-type" => type }, ["<p>small</p>"]]
+      when "/encoded" then [200, { "content-type" => type, "content-encoding" => "identity-ish" }, [html]]
+      when "/no-transform" then [200, { "content-type" => type, "cache-control" => "no-transform" }, [html]]
+      when "/missing" then [404, { "content-type" => type }, [html]]
+      when "/stream" then [200, { "content-type" => type }, html.each_line]
+      else [200, { "content-type" => "text/plain" }, ["?"]]
+      end
+    }
+  RUBY
+
+  def get(client, path, headers = {})
+    client.write(get_request(path, headers))
+    client.read_response
+  end
+
+  def test_gzip_and_brotli_by_accept_encoding
+    with_server(APP, args: ["--compress"]) do |server|
+      client = conn(server)
+      gz = get(client, "/html", "Accept-Encoding" => "gzip, deflate")
+      assert_equal ["gzip", gz.body.bytesize.to_s, "Cookie, accept-encoding", 'W/"v1"'],
+                   [gz["content-encoding"], gz["content-length"], gz["vary"], gz["etag"]]
+      assert_operator gz.body.bytesize, :<, HTML.bytesize / 5
+      assert_equal HTML, Zlib.gunzip(gz.body).force_encoding(Encoding::UTF_8)
+      br = get(client, "/html", "Accept-Encoding" => "gzip, deflate, br")
+      assert_equal ["br", br.body.bytesize.to_s], [br["content-encoding"], br["content-length"]]
+      assert_operator br.body.bytesize, :<, HTML.bytesize / 5
+      assert_equal "gzip", get(client, "/html", "Accept-Encoding" => "br;q=0.1, gzip;q=0.9")["content-encoding"]
+      # curl decodes brotli: the bytes are the page.
+      out, err, status = curl("--compressed", "-H", "accept-encoding: br", "http://127.0.0.1:#{server.port}/html")
+      assert status.success?, err
+      assert_equal HTML, out
+      json = get(client, "/json", "Accept-Encoding" => "gzip")
+      assert_equal ["gzip", "accept-encoding"], [json["content-encoding"], json["vary"]]
+      # Not accepted: sent plain, still saying the answer varies.
+      [{}, { "Accept-Encoding" => "identity" }, { "Accept-Encoding" => "gzip;q=0, br;q=0" }].each do |headers|
+        plain = get(client, "/html", headers)
+        assert_equal [nil, HTML.bytesize.to_s, "Cookie, accept-encoding", '"v1"'],
+                     [plain["content-encoding"], plain["content-length"], plain["vary"], plain["etag"]], headers.inspect
+        assert_equal HTML, plain.body.force_encoding(Encoding::UTF_8)
+      end
+      client.write(request("HEAD", "/html", { "Accept-Encoding" => "gzip" }))
+      head = client.read_response(head: true)
+      assert_equal [200, nil], [head.status, head["content-encoding"]], "HEAD is left as the app made it"
+      assert_equal "?", get(client, "/other").body, "the connection is in step"
+    ensure
+      client&.close
+    end
+  end
+
+  def test_responses_that_are_left_alone
+    with_server(APP, args: ["--compress"]) do |server|
+      client = conn(server)
+      { "/png" => "an incompressible type", "/small" => "under compress_min_size",
+        "/encoded" => "already encoded by the app", "/no-transform" => "no-transform",
+        "/missing" => "not a 200", "/stream" => "a streamed body" }.each do |path, why|
+        response = get(client, path, "Accept-Encoding" => "gzip, br")
+        expected = path == "/encoded" ? "identity-ish" : nil
+        assert_equal [expected, false], [response["content-encoding"], response["vary"].to_s.include?("accept-encoding")], why
+      end
+    ensure
+      client&.close
+    end
+  end
+
+  def test_settings_and_off_by_default
+    with_server(APP) do |server|
+      response = server.get("/html", "Accept-Encoding" => "gzip")
+      assert_nil response["content-encoding"]
+      assert_equal HTML.bytesize, response.body.bytesize
+    end
+    with_server(APP, args: ["--compress", "--compress-min-size", "5", "--compress-types", "image/png, text/x-none"]) do |server|
+      client = conn(server)
+      assert_equal "gzip", get(client, "/png", "Accept-Encoding" => "gzip")["content-encoding"]
+      assert_nil get(client, "/html", "Accept-Encoding" => "gzip")["content-encoding"], "text/ is no longer listed"
+    ensure
+      client&.close
+    end
+  end
+
+  def test_http2_responses_are_compressed_too
+    with_server(APP, args: ["--compress", "-b", ssl_bind]) do |server|
+      out, err, status = curl("--http2", "--cacert", certs.path("ca.pem"), "-i", "-H", "accept-encoding: gzip",
+                              "https://localhost:#{ssl_port(server)}/html")
+      assert status.success?, err
+      head, body = out.b.split("\r\n\r\n", 2)
+      assert_match(%r{\AHTTP/2 200}, head)
+      assert_match(/^content-encoding: gzip\r$/, head)
+      assert_equal HTML, Zlib.gunzip(body).force_encoding(Encoding::UTF_8)
+    end
+  end
+end
