@@ -7,6 +7,7 @@
 # make h2spec  the HTTP/2 conformance suite alone (also part of make test)
 # make fleet   three instances behind HAProxy through restarts (benchmark)
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
+# make bench-files  files (to_path, --public) beside nginx and Puma
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -33,7 +34,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers fleet gem h2spec h2spec-install
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files fleet gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -110,6 +111,16 @@ bench-io: deps build
 
 bench-tls: deps build
 	benchmarks/tls.sh
+
+# 1 MiB and 4 KiB files: Tsubame (to_path and --public) beside Debian's
+# nginx and Puma. nginx is installed here only (not by `make deps`), with
+# RUNLEVEL=1 so the package does not start its own service on port 80.
+bench-files: deps build
+	@dpkg -s nginx 2>/dev/null | grep -q '^Status: install ok installed' || { \
+	  sudo=""; if [ "$$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends nginx </dev/null; }
+	benchmarks/files.sh
 
 # Tsubame beside Puma, the ceiling server and locally built peers
 # (PEERS_DIR, see docs/BENCHMARKS.md); SHAPE=hello|100k|upload|rails.
