@@ -113,13 +113,13 @@ bench-tls: deps build
 	benchmarks/tls.sh
 
 # 1 MiB and 4 KiB files: Tsubame (to_path and --public) beside Debian's
-# nginx and Puma. nginx is installed here only (not by `make deps`), with
-# RUNLEVEL=1 so the package does not start its own service on port 80.
+# nginx and Puma. nginx is installed here only (not by `make deps`);
+# files.sh starts its own nginx on a loopback port.
 bench-files: deps build
 	@dpkg -s nginx 2>/dev/null | grep -q '^Status: install ok installed' || { \
 	  sudo=""; if [ "$$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null; \
-	  $$sudo env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -q --no-install-recommends nginx </dev/null; }
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nginx </dev/null; }
 	benchmarks/files.sh
 
 # Tsubame beside Puma, the ceiling server and locally built peers
