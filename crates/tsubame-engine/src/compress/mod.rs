@@ -12,13 +12,22 @@ use crate::files::encoding::{choose, Coding};
 use bytes::Bytes;
 use std::io::Write;
 
-/// The request's Accept-Encoding (its first line), kept for `apply` while
-/// the head goes to the app.
-pub(crate) fn accept_encoding(head: &crate::message::head::RequestHead) -> Option<Bytes> {
-    head.headers
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(b"accept-encoding"))
-        .map(|(_, value)| value.clone())
+/// The request's Accept-Encoding (its first line), kept for `for_client`
+/// while the head goes to the app; nothing when compression is off.
+pub(crate) fn accept_encoding(
+    compression: Option<&Compression>,
+    head: &crate::message::head::RequestHead,
+) -> Option<Bytes> {
+    compression.and_then(|_| head.header(b"accept-encoding").cloned())
+}
+
+/// The reply as the client gets it, for HTTP/1 and HTTP/2 alike: encoded
+/// when compression is on and the request and reply allow it.
+pub(crate) async fn for_client(compression: Option<&Compression>, reply: Reply, accept: Option<Bytes>) -> Reply {
+    match compression {
+        Some(compression) => compression.apply(reply, accept).await,
+        None => reply,
+    }
 }
 
 /// The compression settings, ready to use.

@@ -44,11 +44,7 @@ impl<'a> Request<'a> {
 
     /// The first value of a request header.
     pub(crate) fn header(&self, name: &[u8]) -> Option<&'a [u8]> {
-        self.head
-            .headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| &v[..])
+        self.head.header(name).map(|v| &v[..])
     }
 
     fn is_head(&self) -> bool {

@@ -12,7 +12,7 @@
 //! in rustls and reach the socket once per pass of the connection task
 //! (`h2/io.rs`), not once per frame.
 
-use crate::compress::accept_encoding;
+use crate::compress::{accept_encoding, for_client};
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -165,7 +165,7 @@ async fn serve_stream(
     Stats::bump(&shared.stats.requests_total);
     let (method, target) = (head.method.clone(), head.target.clone());
     let wants_json = accepts_json(&head);
-    let accept_encoding = shared.compression.as_ref().and_then(|_| accept_encoding(&head));
+    let accept_encoding = accept_encoding(shared.compression.as_ref(), &head);
     let public = shared.public.as_ref().and_then(|p| p.answer(&head, true));
     let reply = if let Some(reply) = public {
         reply
@@ -206,10 +206,7 @@ async fn serve_stream(
         };
         reply
     };
-    let reply = match &shared.compression {
-        Some(compression) => compression.apply(reply, accept_encoding).await,
-        None => reply,
-    };
+    let reply = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
     let status = reply_status(&reply);
     let body_bytes = write_reply(&mut respond, reply, &shared).await;
     if shared.opts.log_requests {

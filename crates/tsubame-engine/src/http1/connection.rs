@@ -2,7 +2,7 @@
 //! the application's reply, write it, repeat while keep-alive holds.
 //! No Ruby runs here and nothing here waits on the GVL.
 
-use crate::compress::accept_encoding;
+use crate::compress::{accept_encoding, for_client};
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -127,7 +127,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let version = head.version;
         // The public folder answers first; whatever it does not have goes
         // on to the app.
-        let accept_encoding = shared.compression.as_ref().and_then(|_| accept_encoding(&head));
+        let accept_encoding = accept_encoding(shared.compression.as_ref(), &head);
         let public = shared.public.as_ref().and_then(|p| p.answer(&head, keep_alive));
         let reply = if let Some(reply) = public {
             reply
@@ -183,10 +183,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
-        let reply = match &shared.compression {
-            Some(compression) => compression.apply(reply, accept_encoding).await,
-            None => reply,
-        };
+        let reply = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
         let reply = if shared.is_leaving() {

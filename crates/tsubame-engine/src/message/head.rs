@@ -57,6 +57,14 @@ impl RequestHead {
     pub fn is_head(&self) -> bool {
         &self.method[..] == b"HEAD"
     }
+
+    /// The first value of a header, by case-insensitive name.
+    pub fn header(&self, name: &[u8]) -> Option<&Bytes> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
 }
 
 pub(crate) fn is_known_method(method: &[u8]) -> bool {
