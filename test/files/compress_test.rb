@@ -4,8 +4,9 @@ require "http1/support"
 require "tls/support"
 require "zlib"
 
-# --compress: whole bodies (Array bodies) gzip- or brotli-encoded by the
-# engine, chosen by Accept-Encoding; everything else left as it was.
+# --compress: whole bodies (Array bodies) and streamed bodies gzip- or
+# brotli-encoded by the engine, chosen by Accept-Encoding; everything else
+# left as it was.
 class CompressTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::HttpSupport
@@ -26,6 +27,19 @@ class CompressTest < Minitest::Test
       when "/no-transform" then [200, { "content-type" => type, "cache-control" => "no-transform" }, [html]]
       when "/missing" then [404, { "content-type" => type }, [html]]
       when "/stream" then [200, { "content-type" => type }, html.each_line]
+      when "/stream-sized" then [200, { "content-type" => type, "content-length" => html.bytesize.to_s }, html.each_line]
+      when "/partial" then [200, { "content-type" => type, "rack.hijack" => ->(io) { io.write(html); io.close } }, []]
+      when "/events"
+        # One event, then nothing until the test creates the file named in
+        # the query: the first event must reach the client before that.
+        go = env["QUERY_STRING"]
+        events = Enumerator.new do |y|
+          y << "data: one\n\n"
+          deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+          sleep 0.01 until File.exist?(go) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          y << "data: two\n\n"
+        end
+        [200, { "content-type" => "text/event-stream" }, events]
       else [200, { "content-type" => "text/plain" }, ["?"]]
       end
     }
@@ -75,13 +89,80 @@ class CompressTest < Minitest::Test
       client = conn(server)
       { "/png" => "an incompressible type", "/small" => "under compress_min_size",
         "/encoded" => "already encoded by the app", "/no-transform" => "no-transform",
-        "/missing" => "not a 200", "/stream" => "a streamed body" }.each do |path, why|
+        "/missing" => "not a 200", "/stream-sized" => "a streamed body with its own content-length" }.each do |path, why|
         response = get(client, path, "Accept-Encoding" => "gzip, br")
         expected = path == "/encoded" ? "identity-ish" : nil
         assert_equal [expected, false], [response["content-encoding"], response["vary"].to_s.include?("accept-encoding")], why
       end
+      # The close ends these bodies: an HTTP/1.0 stream, and a partial
+      # hijack, where the app writes to the socket itself.
+      { "/stream" => "HTTP/1.0", "/partial" => "HTTP/1.1" }.each do |path, version|
+        other = conn(server)
+        other.write(request("GET", path, { "Accept-Encoding" => "gzip" }, version: version))
+        response = other.read_response
+        assert_equal [nil, HTML], [response["content-encoding"], response.body.force_encoding(Encoding::UTF_8)], path
+        other.close
+      end
     ensure
       client&.close
+    end
+  end
+
+  def test_streamed_bodies_are_compressed_as_they_stream
+    with_server(APP, args: ["--compress"]) do |server|
+      client = conn(server)
+      gz = get(client, "/stream", "Accept-Encoding" => "gzip")
+      assert_equal %w[gzip chunked accept-encoding], [gz["content-encoding"], gz["transfer-encoding"], gz["vary"]]
+      assert_nil gz["content-length"]
+      assert_equal HTML, Zlib.gunzip(gz.body).force_encoding(Encoding::UTF_8)
+      assert_operator gz.body.bytesize, :<, HTML.bytesize / 5
+      plain = get(client, "/stream")
+      assert_equal [nil, "accept-encoding"], [plain["content-encoding"], plain["vary"]]
+      assert_equal HTML, plain.body.force_encoding(Encoding::UTF_8)
+      client.write(request("HEAD", "/stream", { "Accept-Encoding" => "gzip" }))
+      assert_nil client.read_response(head: true)["content-encoding"], "HEAD: no body to encode"
+      out, err, status = curl("--compressed", "-H", "accept-encoding: br", "http://127.0.0.1:#{server.port}/stream")
+      assert status.success?, err
+      assert_equal HTML, out, "brotli, streamed"
+    ensure
+      client&.close
+    end
+  end
+
+  # Each batch is flushed out of the encoder: an event reaches the client
+  # while the app is still waiting to write the next one.
+  def test_a_streamed_event_is_readable_before_the_next_is_written
+    Dir.mktmpdir do |dir|
+      go = File.join(dir, "go")
+      with_server(APP, args: ["--compress"]) do |server|
+        client = conn(server, timeout: 5)
+        client.write(get_request("/events?#{go}", "Accept-Encoding" => "gzip"))
+        head = client.read_until("\r\n\r\n")
+        assert_match(/^content-encoding: gzip$/i, head)
+        inflater = Zlib::Inflate.new(Zlib::MAX_WBITS + 16)
+        seen = +""
+        until seen.include?("data: one\n\n")
+          size = Integer(client.read_until("\r\n"), 16)
+          refute_equal 0, size, "the body ended before the first event"
+          seen << inflater.inflate(client.read_exact(size))
+          client.read_exact(2)
+        end
+        assert_equal "data: one\n\n", seen, "only the first event so far"
+        File.write(go, "")
+        rest = +"".b
+        loop do
+          size = Integer(client.read_until("\r\n"), 16)
+          break if size.zero?
+
+          rest << client.read_exact(size)
+          client.read_exact(2)
+        end
+        seen << inflater.inflate(rest) << inflater.finish
+        assert_equal "data: one\n\ndata: two\n\n", seen
+        assert inflater.finished?, "the gzip stream was finished (trailer sent)"
+      ensure
+        client&.close
+      end
     end
   end
 
@@ -109,6 +190,12 @@ class CompressTest < Minitest::Test
       assert_match(%r{\AHTTP/2 200}, head)
       assert_match(/^content-encoding: gzip\r$/, head)
       assert_equal HTML, Zlib.gunzip(body).force_encoding(Encoding::UTF_8)
+      out, err, status = curl("--http2", "--cacert", certs.path("ca.pem"), "-i", "-H", "accept-encoding: gzip",
+                              "https://localhost:#{ssl_port(server)}/stream")
+      assert status.success?, err
+      head, body = out.b.split("\r\n\r\n", 2)
+      assert_match(/^content-encoding: gzip\r?$/, head)
+      assert_equal HTML, Zlib.gunzip(body).force_encoding(Encoding::UTF_8), "a streamed body over HTTP/2"
     end
   end
 end

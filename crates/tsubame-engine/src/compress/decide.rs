@@ -1,6 +1,7 @@
 //! Whether a response is compressed: what its head says.
 
 use super::Compression;
+use crate::message::response::StreamFraming;
 
 /// A response that may be compressed: where its head ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -9,10 +10,8 @@ pub(crate) struct Plan {
 }
 
 /// Some(plan) when `data` (a whole HTTP/1 response the engine serialized,
-/// `body_len` bytes of body after the head) may be compressed: a 200, 201,
-/// 202 or 203 with a body of at least `min_size` bytes, a compressible
-/// content type, no Content-Encoding or Content-Range of its own, and no
-/// `Cache-Control: no-transform`.
+/// `body_len` bytes of body after the head) may be compressed: a body of at
+/// least `min_size` bytes and a head that `head_allows`.
 pub(crate) fn plan(data: &[u8], body_len: u64, settings: &Compression) -> Option<Plan> {
     if body_len < settings.min_size.max(1) {
         return None;
@@ -22,12 +21,35 @@ pub(crate) fn plan(data: &[u8], body_len: u64, settings: &Compression) -> Option
         // HEAD, or a body that is not all here.
         return None;
     }
-    let mut lines = data[..end - 4]
+    head_allows(&data[..end], false, settings).then_some(Plan { head_len: end })
+}
+
+/// Whether a streamed body with this head may be compressed as it streams:
+/// only one whose length is open and whose framing is the engine's: chunks
+/// it encodes (HTTP/1.1) or DATA frames (HTTP/2). A declared length, the
+/// app's own Transfer-Encoding, a partial hijack (the app writes to the
+/// socket itself) and HTTP/1.0 (the close ends the body, which a hijack
+/// looks like too) are left alone. The size is unknown, so `min_size`
+/// does not apply.
+pub(crate) fn stream_allowed(head: &[u8], framing: StreamFraming, http2: bool, settings: &Compression) -> bool {
+    match framing {
+        StreamFraming::Chunked => head_allows(head, false, settings),
+        StreamFraming::Raw { declared_len: None } if http2 => head_allows(head, true, settings),
+        StreamFraming::Raw { .. } => false,
+    }
+}
+
+/// A 200, 201, 202 or 203 with a compressible content type, no
+/// Content-Encoding or Content-Range of its own, no `Cache-Control:
+/// no-transform`, and (when `no_framing` is asked) no Transfer-Encoding.
+fn head_allows(head: &[u8], no_framing: bool, settings: &Compression) -> bool {
+    let mut lines = head
         .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
-    let status = lines.next()?.get(9..12)?;
-    if !matches!(status, b"200" | b"201" | b"202" | b"203") {
-        return None;
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .take_while(|l| !l.is_empty());
+    let status = lines.next().and_then(|l| l.get(9..12));
+    if !matches!(status, Some(b"200" | b"201" | b"202" | b"203")) {
+        return false;
     }
     let mut type_ok = false;
     for line in lines {
@@ -35,21 +57,24 @@ pub(crate) fn plan(data: &[u8], body_len: u64, settings: &Compression) -> Option
             continue;
         };
         let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        if name.eq_ignore_ascii_case(b"content-encoding") || name.eq_ignore_ascii_case(b"content-range") {
-            return None;
+        if name.eq_ignore_ascii_case(b"content-encoding")
+            || name.eq_ignore_ascii_case(b"content-range")
+            || (no_framing && name.eq_ignore_ascii_case(b"transfer-encoding"))
+        {
+            return false;
         }
         if name.eq_ignore_ascii_case(b"cache-control")
             && value
                 .split(|&b| b == b',')
                 .any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
         {
-            return None;
+            return false;
         }
         if name.eq_ignore_ascii_case(b"content-type") {
             type_ok = compressible(value, &settings.types);
         }
     }
-    type_ok.then_some(Plan { head_len: end })
+    type_ok
 }
 
 fn compressible(content_type: &[u8], types: &[String]) -> bool {
@@ -118,5 +143,24 @@ mod tests {
         // HEAD: the length says 20, no body follows.
         let head = response("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 20", "");
         assert_eq!(plan(&head, 20, &settings()), None);
+    }
+
+    #[test]
+    fn streams_whose_length_is_open() {
+        let chunked = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        let open = StreamFraming::Raw { declared_len: None };
+        assert!(stream_allowed(chunked, StreamFraming::Chunked, false, &settings()));
+        // The app's own Transfer-Encoding: its bytes are already framed.
+        assert!(!stream_allowed(chunked, open, false, &settings()));
+        assert!(!stream_allowed(chunked, open, true, &settings()));
+        let h2 = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n";
+        assert!(stream_allowed(h2, open, true, &settings()));
+        // HTTP/1.0, or a partial hijack: the close ends the body.
+        assert!(!stream_allowed(h2, open, false, &settings()));
+        let declared = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 5\r\n\r\n";
+        let raw = StreamFraming::Raw { declared_len: Some(5) };
+        assert!(!stream_allowed(declared, raw, true, &settings()));
+        let image = b"HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ntransfer-encoding: chunked\r\n\r\n";
+        assert!(!stream_allowed(image, StreamFraming::Chunked, false, &settings()));
     }
 }

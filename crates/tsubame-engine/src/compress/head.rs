@@ -2,11 +2,12 @@
 
 use crate::files::encoding::Coding;
 
-/// `head` (through its empty line) for a body now `len` bytes of `coding`:
-/// the new length and `content-encoding`, `vary` naming Accept-Encoding,
+/// `head` (through its empty line) for a body now encoded with `coding`:
+/// its new length (`None` for a streamed body, whose framing stays as it
+/// was) and `content-encoding`, `vary` naming Accept-Encoding,
 /// and a strong ETag made weak (the bytes are no longer the app's, as
 /// nginx does).
-pub(crate) fn rewrite(head: &[u8], coding: Coding, len: u64) -> Vec<u8> {
+pub(crate) fn rewrite(head: &[u8], coding: Coding, len: Option<u64>) -> Vec<u8> {
     let mut out = Vec::with_capacity(head.len() + 64);
     let mut vary_done = false;
     for line in lines(head) {
@@ -30,7 +31,9 @@ pub(crate) fn rewrite(head: &[u8], coding: Coding, len: u64) -> Vec<u8> {
         out.extend_from_slice(b"vary: accept-encoding\r\n");
     }
     push(&mut out, b"content-encoding", coding.name().as_bytes());
-    push(&mut out, b"content-length", itoa::Buffer::new().format(len).as_bytes());
+    if let Some(len) = len {
+        push(&mut out, b"content-length", itoa::Buffer::new().format(len).as_bytes());
+    }
     out.extend_from_slice(b"\r\n");
     out
 }
@@ -98,7 +101,7 @@ mod tests {
     #[test]
     fn rewrite_sets_length_encoding_vary_and_weakens_the_etag() {
         let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\netag: \"abc\"\r\ncontent-length: 100\r\nconnection: close\r\n\r\n";
-        let out = rewrite(head, Coding::Gzip, 42);
+        let out = rewrite(head, Coding::Gzip, Some(42));
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\netag: W/\"abc\"\r\nconnection: close\r\nvary: accept-encoding\r\ncontent-encoding: gzip\r\ncontent-length: 42\r\n\r\n"
@@ -113,7 +116,7 @@ mod tests {
             "HTTP/1.1 200 OK\r\nVary: Cookie, accept-encoding\r\n\r\nbody"
         );
         let head = b"HTTP/1.1 200 OK\r\nvary: Accept-Encoding\r\n\r\n";
-        let out = rewrite(head, Coding::Br, 1);
+        let out = rewrite(head, Coding::Br, Some(1));
         assert!(String::from_utf8(out)
             .unwrap()
             .contains("vary: Accept-Encoding\r\ncontent-encoding: br\r\n"));

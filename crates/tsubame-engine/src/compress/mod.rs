@@ -1,32 +1,51 @@
 //! Response compression (`--compress`): whole in-memory bodies the app
 //! returned (Array bodies) are gzip- or brotli-encoded by the engine, on a
-//! blocking-pool thread, never on an app thread. What is compressed and
-//! what is left alone is decided in `decide.rs` from the response head;
+//! blocking-pool thread, never on an app thread; streamed bodies are
+//! encoded batch by batch as they stream (`stream.rs`). What is compressed
+//! and what is left alone is decided in `decide.rs` from the response head;
 //! `head.rs` rewrites the head.
 
 mod decide;
 mod head;
+mod stream;
 
 use crate::dispatch::reply::Reply;
 use crate::files::encoding::{choose, Coding};
 use bytes::Bytes;
 use std::io::Write;
+pub(crate) use stream::StreamEncoder;
 
-/// The request's Accept-Encoding (its first line), kept for `for_client`
-/// while the head goes to the app; nothing when compression is off.
+/// What compression may do for one request: its Accept-Encoding (the first
+/// line, kept while the head goes to the app), or nothing at all.
+#[derive(Debug)]
+pub(crate) struct Wanted {
+    accept: Option<Bytes>,
+    http2: bool,
+}
+
+/// The request's wishes; nothing when compression is off or the request is
+/// a HEAD (no body goes out, and an encoder would still write its header).
 pub(crate) fn accept_encoding(
     compression: Option<&Compression>,
     head: &crate::message::head::RequestHead,
-) -> Option<Bytes> {
-    compression.and_then(|_| head.header(b"accept-encoding").cloned())
+) -> Option<Wanted> {
+    compression.filter(|_| !head.is_head()).map(|_| Wanted {
+        accept: head.header(b"accept-encoding").cloned(),
+        http2: head.version == crate::message::head::Version::Http2,
+    })
 }
 
 /// The reply as the client gets it, for HTTP/1 and HTTP/2 alike: encoded
-/// when compression is on and the request and reply allow it.
-pub(crate) async fn for_client(compression: Option<&Compression>, reply: Reply, accept: Option<Bytes>) -> Reply {
-    match compression {
-        Some(compression) => compression.apply(reply, accept).await,
-        None => reply,
+/// when compression is on and the request and reply allow it. A streamed
+/// reply comes with the encoder its chunks must go through.
+pub(crate) async fn for_client(
+    compression: Option<&Compression>,
+    reply: Reply,
+    wanted: Option<Wanted>,
+) -> (Reply, Option<StreamEncoder>) {
+    match (compression, wanted) {
+        (Some(compression), Some(wanted)) => compression.apply(reply, wanted).await,
+        _ => (reply, None),
     }
 }
 
@@ -42,17 +61,49 @@ pub struct Compression {
 
 impl Compression {
     /// The reply to send for a request whose Accept-Encoding was `accept`:
-    /// the same reply, or a `Full` one with its body encoded.
-    pub(crate) async fn apply(&self, reply: Reply, accept: Option<Bytes>) -> Reply {
-        let Reply::Full {
-            status,
-            data,
-            body_len,
-            close,
-        } = reply
-        else {
-            return reply;
-        };
+    /// the same reply, a `Full` one with its body encoded, or a `Stream`
+    /// with its head rewritten and the encoder for its chunks.
+    async fn apply(&self, reply: Reply, wanted: Wanted) -> (Reply, Option<StreamEncoder>) {
+        let accept = wanted.accept;
+        match reply {
+            Reply::Full {
+                status,
+                data,
+                body_len,
+                close,
+            } => (self.apply_full(status, data, body_len, close, accept).await, None),
+            Reply::Stream {
+                status,
+                head,
+                chunks,
+                framing,
+                close,
+            } => {
+                let (head, encoder) = if decide::stream_allowed(&head, framing, wanted.http2, self) {
+                    match choose(accept.as_deref(), &[Coding::Br, Coding::Gzip]) {
+                        Some(coding) => (
+                            head::rewrite(&head, coding, None).into(),
+                            Some(StreamEncoder::new(coding)),
+                        ),
+                        None => (head::add_vary(&head, head.len()).into(), None),
+                    }
+                } else {
+                    (head, None)
+                };
+                let reply = Reply::Stream {
+                    status,
+                    head,
+                    chunks,
+                    framing,
+                    close,
+                };
+                (reply, encoder)
+            }
+            other => (other, None),
+        }
+    }
+
+    async fn apply_full(&self, status: u16, data: Bytes, body_len: u64, close: bool, accept: Option<Bytes>) -> Reply {
         let unchanged = |data| Reply::Full {
             status,
             data,
@@ -71,7 +122,7 @@ impl Compression {
         let encoded = tokio::task::spawn_blocking(move || encode(&source[plan.head_len..], coding)).await;
         match encoded {
             Ok(Ok(body)) if (body.len() as u64) < body_len => {
-                let mut out = head::rewrite(&data[..plan.head_len], coding, body.len() as u64);
+                let mut out = head::rewrite(&data[..plan.head_len], coding, Some(body.len() as u64));
                 let new_len = body.len() as u64;
                 out.extend_from_slice(&body);
                 Reply::Full {
@@ -134,7 +185,11 @@ mod tests {
 
     fn run(reply: Reply, accept: Option<&'static [u8]>) -> (String, Vec<u8>) {
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        let reply = runtime.block_on(settings().apply(reply, accept.map(Bytes::from_static)));
+        let wanted = Wanted {
+            accept: accept.map(Bytes::from_static),
+            http2: false,
+        };
+        let (reply, _) = runtime.block_on(settings().apply(reply, wanted));
         let Reply::Full { data, body_len, .. } = reply else {
             panic!("not a full reply")
         };

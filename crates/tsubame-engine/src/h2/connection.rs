@@ -12,7 +12,7 @@
 //! in rustls and reach the socket once per pass of the connection task
 //! (`h2/io.rs`), not once per frame.
 
-use crate::compress::{accept_encoding, for_client};
+use crate::compress::{accept_encoding, for_client, StreamEncoder};
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -206,9 +206,9 @@ async fn serve_stream(
         };
         reply
     };
-    let reply = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
+    let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
     let status = reply_status(&reply);
-    let body_bytes = write_reply(&mut respond, reply, &shared).await;
+    let body_bytes = write_reply(&mut respond, reply, encoder, &shared).await;
     if shared.opts.log_requests {
         log::access(&AccessEntry {
             peer: &conn.peer_addr,
@@ -475,6 +475,7 @@ const STREAM_BATCH: usize = 256;
 async fn send_stream(
     stream: &mut SendStream<Bytes>,
     chunks: &mut StreamReceiver,
+    mut encoder: Option<StreamEncoder>,
     declared: Option<u64>,
     wait: Duration,
 ) -> Option<u64> {
@@ -487,6 +488,13 @@ async fn send_stream(
             // tells the client it is incomplete.
             stream.send_reset(Reason::INTERNAL_ERROR);
             return Some(sent);
+        }
+        if let Some(encoder) = encoder.as_mut() {
+            if encoder.encode(&mut batch).await.is_err() {
+                log::error("compressing a streamed body failed; resetting the stream");
+                stream.send_reset(Reason::INTERNAL_ERROR);
+                return Some(sent);
+            }
         }
         let mut ended = false;
         for msg in batch.drain(..) {
@@ -572,7 +580,12 @@ impl Coalesced {
     }
 }
 
-async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &Shared) -> Option<u64> {
+async fn write_reply(
+    respond: &mut SendResponse<Bytes>,
+    reply: Reply,
+    encoder: Option<StreamEncoder>,
+    shared: &Shared,
+) -> Option<u64> {
     let wait = shared.opts.body_timeout;
     match reply {
         Reply::Full { data, .. } => send_full(respond, data, shared).await,
@@ -621,7 +634,7 @@ async fn write_reply(respond: &mut SendResponse<Bytes>, reply: Reply, shared: &S
                 return Some(0);
             }
             let mut stream = respond.send_response(response, false).ok()?;
-            send_stream(&mut stream, &mut chunks, declared, wait).await
+            send_stream(&mut stream, &mut chunks, encoder, declared, wait).await
         }
         Reply::Hijack { socket } => {
             let _ = socket.send(Err(std::io::Error::new(

@@ -2,7 +2,7 @@
 //! the application's reply, write it, repeat while keep-alive holds.
 //! No Ruby runs here and nothing here waits on the GVL.
 
-use crate::compress::{accept_encoding, for_client};
+use crate::compress::{accept_encoding, for_client, StreamEncoder};
 use crate::dispatch::job::ConnInfo;
 use crate::dispatch::queue::Pushed;
 use crate::dispatch::reply::Reply;
@@ -183,7 +183,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
-        let reply = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
+        let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
         let reply = if shared.is_leaving() {
@@ -197,7 +197,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 let _ = socket.send(io.into_owned_fd());
                 return;
             }
-            other => write_reply(&mut io, other, &shared).await,
+            other => write_reply(&mut io, other, encoder, &shared).await,
         };
         if shared.opts.log_requests {
             log::access(&AccessEntry {
@@ -387,7 +387,12 @@ async fn read_body<T: ClientIo>(
 
 /// Writes a reply; returns whether the connection may be reused and how
 /// many body bytes went out.
-async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> (Written, u64) {
+async fn write_reply<T: ClientIo>(
+    io: &mut T,
+    reply: Reply,
+    encoder: Option<StreamEncoder>,
+    shared: &Shared,
+) -> (Written, u64) {
     let write_timeout = shared.opts.body_timeout;
     match reply {
         Reply::Full {
@@ -410,7 +415,7 @@ async fn write_reply<T: ClientIo>(io: &mut T, reply: Reply, shared: &Shared) -> 
             framing,
             close,
             ..
-        } => write_stream(io, head, chunks, framing, close, shared).await,
+        } => write_stream(io, head, chunks, encoder, framing, close, shared).await,
         Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } => (Written::Failed, 0),
     }
 }
@@ -540,6 +545,7 @@ async fn write_stream<T: ClientIo>(
     io: &mut T,
     head: Bytes,
     mut chunks: crate::dispatch::stream_channel::StreamReceiver,
+    mut encoder: Option<StreamEncoder>,
     framing: StreamFraming,
     close: bool,
     shared: &Shared,
@@ -552,6 +558,12 @@ async fn write_stream<T: ClientIo>(
     parts.push(head);
     let mut sent: u64 = 0;
     loop {
+        if let Some(encoder) = encoder.as_mut() {
+            if encoder.encode(&mut batch).await.is_err() {
+                log::error("compressing a streamed body failed; closing the connection");
+                return (Written::Failed, sent);
+            }
+        }
         let encoded = stream_frames::encode(&mut batch, framing, sent, &mut parts);
         if !matches!(timeout(write_timeout, send_parts(io, &parts)).await, Ok(Ok(()))) {
             return (Written::Failed, sent);
