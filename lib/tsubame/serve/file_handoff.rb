@@ -61,7 +61,10 @@ module Tsubame
       return refuse(shown, "contains a NUL byte") if path.include?("\0")
 
       real = File.realpath(path)
-      unless roots.any? { |root| real == root || real.start_with?(root == "/" ? root : "#{root}/") }
+      # As bytes: a decoded URL need not be valid UTF-8, and a binary path
+      # cannot be compared with a UTF-8 root that holds other than ASCII.
+      bytes = real.b
+      unless roots.any? { |root| bytes == root.b || bytes.start_with?(root == "/" ? "/" : "#{root}/".b) }
         return refuse(shown, "is outside the allowed roots (#{roots.join(", ")})")
       end
       return real if File.file?(real)
