@@ -4,6 +4,7 @@ require "http1/support"
 require "json"
 require "cgi"
 require "rack"
+require "tsubame/serve/x_accel_redirect"
 
 # X-Accel-Redirect (--x-accel-redirect URI=DIR): Rack::Sendfile, or the app
 # itself, answers with an x-accel-redirect URL, and the engine sends the
@@ -150,6 +151,9 @@ class XAccelRedirectTest < Minitest::Test
         assert_equal ["200", "b\n"], server.get(raw_query("/_small/b.txt?ignored=1")).then { |r| [r.code, r.body] },
                      "a prefix given without its slash; a raw ? starts arguments"
         assert_equal ["200", "b\n"], server.get(raw_query("/_files/sub%2Fb.txt")).then { |r| [r.code, r.body] }
+        File.write(File.join(root, "日本.txt"), "nihon\n")
+        assert_equal ["200", "nihon\n"], server.get(raw_query("/_files/%E6%97%A5%E6%9C%AC.txt")).then { |r| [r.code, r.body] }
+        assert_equal "404", server.get(raw_query("/_files/%FF.txt")).code, "a name that is not UTF-8 is looked up as bytes"
       end
     end
   end
@@ -213,6 +217,23 @@ class XAccelRedirectTest < Minitest::Test
         response = server.get(raw_query("/_files/b.txt"))
         assert_equal ["200", "the app's body", "/_files/b.txt"], [response.code, response.body, response["x-accel-redirect"]]
       end
+    end
+  end
+
+  # In-process: a directory whose name is not ASCII, against decoded URLs
+  # that are bytes (and not always valid UTF-8).
+  def test_a_directory_named_in_utf8
+    in_tmpdir do |dir|
+      root = File.join(dir, "あ")
+      FileUtils.mkdir_p(root)
+      File.write(File.join(root, "日.txt"), "x")
+      logs = []
+      accel = Tsubame::XAccelRedirect.new([["/_f/", root]], logs.method(:<<))
+      status, headers, body = accel.apply(200, { "X-Accel-Redirect" => "/_f/%E6%97%A5.txt" }, [])
+      assert_equal [200, { "content-length" => "1" }, File.join(root, "日.txt").b],
+                   [status, headers, body.to_path.b]
+      assert_equal 404, accel.apply(200, { "x-accel-redirect" => "/_f/%FF" }, []).first
+      assert_equal ['x-accel-redirect file not found: "/_f/%FF" (ENOENT)'], logs
     end
   end
 end
