@@ -10,6 +10,7 @@ class CLITest < Minitest::Test
   FLAGS = %w[
     --bind --port --threads --environment --config --quiet --log-requests
     --pidfile --version --help --backlog --io-threads --max-body-size --drain-timeout
+    --x-sendfile --x-accel-redirect
   ].freeze
 
   def assert_one_line_failure(stderr, status, pattern)
@@ -73,6 +74,21 @@ class CLITest < Minitest::Test
     ].each do |args, pattern|
       _, stderr, status = run_tsubame(*args)
       assert_one_line_failure(stderr, status, pattern)
+    end
+  end
+
+  def test_bad_x_accel_redirect
+    in_tmpdir do |dir|
+      [
+        [["files=#{dir}"], /x_accel_mappings: URI must start with '\/' and hold no/],
+        [["/_files/=#{dir}/missing"], /x_accel_mappings must be an existing directory \(got ".*missing"\)/],
+        [["/_files/"], /x_accel_mappings entries must be URI=DIR/]
+      ].each do |values, pattern|
+        _, stderr, status = run_tsubame(*values.flat_map { |value| ["--x-accel-redirect", value] }, "-C", "-", chdir: dir)
+        assert_one_line_failure(stderr, status, pattern)
+      end
+      _, stderr, status = run_tsubame("--x-accel-redirect", "/_files/=#{dir}", "--x-sendfile", dir, "-C", "-", chdir: dir)
+      assert_one_line_failure(stderr, status, /x_sendfile and x_accel_redirect cannot both be set/)
     end
   end
 

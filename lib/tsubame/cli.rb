@@ -103,6 +103,9 @@ module Tsubame
       opts.on("--x-sendfile ROOT", "Rack::Sendfile hands files under ROOT to the engine (repeatable)") do |root|
         @options.append(:x_sendfile_roots, root, layer: LAYER)
       end
+      opts.on("--x-accel-redirect URI=DIR", "Rack::Sendfile's X-Accel-Redirect: URLs under URI are files in DIR (repeatable)") do |map|
+        @options.append(:x_accel_mappings, map, layer: LAYER)
+      end
       opts.on("--compress", "gzip/brotli responses by Accept-Encoding, in the engine (see docs/FILES.md)") do
         @options.set(:compress, true, layer: LAYER)
       end

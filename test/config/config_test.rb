@@ -126,6 +126,58 @@ class ConfigTest < Minitest::Test
     assert_equal [], Tsubame::Options.new[:x_sendfile_roots]
   end
 
+  def test_x_accel_mappings_from_the_directive_and_flags
+    in_tmpdir do |dir|
+      sub = FileUtils.mkdir_p(File.join(dir, "sub")).first
+      options, = load_file("x_accel_redirect \"/_files/\" => #{dir.inspect}\nx_accel_redirect \"/a\": \"#{sub}/\", \"/b/c\" => #{sub.inspect}\n")
+      assert_equal [["/_files/", File.expand_path(dir)], ["/a/", sub], ["/b/c/", sub]], options[:x_accel_mappings],
+                   "URIs end in '/', directories are absolute without one"
+      refute options.native.key?(:x_accel_mappings), "Ruby-side: the env and the check are made there"
+      options.append(:x_accel_mappings, "/flag=#{dir}")
+      assert_equal ["/flag/", File.expand_path(dir)], options[:x_accel_mappings].last
+      Dir.chdir(dir) { options[:x_accel_mappings] = { "/rel/" => "sub" } }
+      assert_equal [["/rel/", sub]], options[:x_accel_mappings]
+      [
+        ["files/=#{dir}", /x_accel_mappings: URI must start with '\/'/],
+        ["/a,b/=#{dir}", /hold no ','/],
+        ["/q?/=#{dir}", /hold no ','/],
+        ["/_files/=#{File.join(dir, "missing")}", /x_accel_mappings must be an existing directory \(got ".*missing"\)/],
+        ["/_files/", /x_accel_mappings entries must be URI=DIR or "URI" => "DIR" \(got "\/_files\/"\)/],
+        [["/only"], /entries must be URI=DIR/],
+        ["/rel=#{dir}", %r{x_accel_mappings: "/rel/" is mapped twice}]
+      ].each do |entry, pattern|
+        assert_config_error(pattern) { options.append(:x_accel_mappings, entry) }
+      end
+      comma = FileUtils.mkdir_p(File.join(dir, "a,b")).first
+      assert_config_error(/directory must hold no ',' or '='/) { options.append(:x_accel_mappings, ["/c/", comma]) }
+    end
+    assert_equal [], Tsubame::Options.new[:x_accel_mappings]
+  end
+
+  def test_x_accel_redirect_directive_errors_name_the_line
+    assert_config_error(%r{config/tsubame\.rb:2: x_accel_mappings must be an existing directory \(got "/nope/here"\)}) do
+      load_file("threads 1, 2\nx_accel_redirect \"/_files/\" => \"/nope/here\"\n")
+    end
+    assert_config_error(%r{config/tsubame\.rb:3: x_accel_mappings: URI must start with '/'}) do
+      load_file("\n\nx_accel_redirect \"_files/\" => \"/\"\n")
+    end
+    assert_config_error(%r{config/tsubame\.rb:1: x_accel_redirect takes "URI" => "DIR" \(got "/_files/"\)}) do
+      load_file("x_accel_redirect \"/_files/\"\n")
+    end
+  end
+
+  # Rack::Sendfile reads one variation from the env.
+  def test_x_sendfile_and_x_accel_redirect_exclude_each_other
+    in_tmpdir do |dir|
+      assert_config_error(/x_sendfile and x_accel_redirect cannot both be set/) do
+        load_file("x_sendfile #{dir.inspect}\nx_accel_redirect \"/_files/\" => #{dir.inspect}\n")
+      end
+      options, = load_file("x_accel_redirect \"/_files/\" => #{dir.inspect}\n")
+      options.append(:x_sendfile_roots, dir)
+      assert_config_error(/cannot both be set/) { options.native }
+    end
+  end
+
   def test_ruby_only_defaults
     options = Tsubame::Options.new
     assert_equal "development", options[:environment]

@@ -110,6 +110,17 @@ module Tsubame
       roots.flatten.each { |root| @options.append(:x_sendfile_roots, root, layer: LAYER) }
     end
 
+    # X-Accel-Redirect: `x_accel_redirect "/_files/" => "/srv/files"`, a
+    # URL prefix and the directory its files come from (docs/FILES.md).
+    # The Hash form reads as the mapping it makes; each call adds mappings.
+    def x_accel_redirect(mappings)
+      unless mappings.is_a?(Hash) && !mappings.empty?
+        raise ConfigError, "x_accel_redirect takes \"URI\" => \"DIR\" (got #{mappings.inspect})"
+      end
+
+      mappings.each { |uri, dir| @options.append(:x_accel_mappings, [uri, dir], layer: LAYER) }
+    end
+
     # Response compression by the engine (docs/FILES.md):
     # `compress`, `compress min_size: 512, types: %w[text/ application/json]`.
     def compress(answer = true, min_size: nil, types: nil)

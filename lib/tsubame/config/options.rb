@@ -70,6 +70,8 @@ module Tsubame
       public_index: false,
       public_immutable: :fingerprint,
       x_sendfile_roots: [].freeze,
+      # X-Accel-Redirect: [URI prefix, directory] pairs (docs/FILES.md).
+      x_accel_mappings: [].freeze,
       # Response compression by the engine (docs/FILES.md).
       compress: false,
       compress_min_size: 1024,
@@ -174,6 +176,7 @@ module Tsubame
       public_index: :boolean,
       public_immutable: :public_immutable,
       x_sendfile_roots: :directories,
+      x_accel_mappings: :accel_mappings,
       compress: :boolean,
       compress_min_size: :integer,
       compress_types: :content_types,
@@ -210,7 +213,7 @@ module Tsubame
       on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings hooks fiber_paths directories].freeze
+    LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -277,6 +280,7 @@ module Tsubame
     # with a config file asking for at least 4.
     def validate!
       check_thread_range(self[:threads_min], self[:threads_max])
+      check_sendfile_variation
       self
     end
 
@@ -306,6 +310,14 @@ module Tsubame
       return key if KINDS.key?(key)
 
       raise ConfigError, "unknown option '#{key}'"
+    end
+
+    # Rack::Sendfile takes one variation from the env, so a server offers
+    # one; which to drop is the user's choice, not a silent precedence.
+    def check_sendfile_variation
+      return if self[:x_sendfile_roots].empty? || self[:x_accel_mappings].empty?
+
+      raise ConfigError, "x_sendfile and x_accel_redirect cannot both be set: Rack::Sendfile uses one variation per server"
     end
 
     def check_thread_range(min, max)
@@ -348,6 +360,7 @@ module Tsubame
       when :public_dir then value.nil? ? nil : public_dir(key, value)
       when :public_immutable then public_immutable(key, value)
       when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
+      when :accel_mappings then accel_mappings(key, value)
       when :content_types then content_types(key, value)
       end
     end
@@ -358,6 +371,37 @@ module Tsubame
       return File.expand_path(text) if File.directory?(text)
 
       raise ConfigError, "#{key} must be an existing directory (got #{text.inspect})"
+    end
+
+    # A Hash or a list of entries, each "URI=DIR" (a flag) or a [URI, DIR]
+    # pair (the directive); the URIs must differ, so a URL has one directory.
+    def accel_mappings(key, value)
+      list = Array(value).map { |entry| accel_mapping(key, entry) }
+      uris = list.map(&:first)
+      twice = uris.find { |uri| uris.count(uri) > 1 }
+      raise ConfigError, "#{key}: #{twice.inspect} is mapped twice" if twice
+
+      list.freeze
+    end
+
+    # URI is a path prefix, kept with a trailing "/" so that /_files never
+    # matches /_filesX/...; DIR an existing directory, made absolute. Both
+    # travel in the X-Accel-Mapping header (`DIR/=URI,...`), so neither may
+    # hold its separators, nor URI a query or fragment.
+    def accel_mapping(key, entry)
+      uri, dir = entry.is_a?(String) ? entry.split("=", 2) : entry
+      unless (entry.is_a?(String) || (entry.is_a?(Array) && entry.size == 2)) && uri && dir
+        raise ConfigError, "#{key} entries must be URI=DIR or \"URI\" => \"DIR\" (got #{entry.inspect})"
+      end
+
+      uri = string(key, uri)
+      unless uri.start_with?("/") && !uri.match?(/[,=?#\s]/)
+        raise ConfigError, "#{key}: URI must start with '/' and hold no ',', '=', '?', '#' or space (got #{uri.inspect})"
+      end
+      dir = public_dir(key, dir)
+      raise ConfigError, "#{key}: directory must hold no ',' or '=' (got #{dir.inspect})" if dir.match?(/[,=]/)
+
+      [uri.end_with?("/") ? uri : "#{uri}/", dir].freeze
     end
 
     # A list, or one String of comma-separated types ("text/,application/json"

@@ -20,6 +20,7 @@ require "tsubame/fiber/loop"
 require "tsubame/fiber/routes"
 require "tsubame/serve/idle_memory"
 require "tsubame/serve/x_sendfile"
+require "tsubame/serve/x_accel_redirect"
 require "tsubame/support/named_thread"
 
 module Tsubame
@@ -91,8 +92,7 @@ module Tsubame
       bind
       @base_env = base_env
       @early_hints = @options[:early_hints]
-      roots = @options[:x_sendfile_roots]
-      @x_sendfile = roots.empty? ? nil : XSendfile.new(roots, @app_errors.method(:log_line))
+      @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
@@ -218,6 +218,17 @@ module Tsubame
 
     def spawn_thread(index)
       NamedThread.start("tsubame-#{index}") { serve_requests(index) }
+    end
+
+    # The Rack::Sendfile backend (docs/FILES.md), or nil; Options allows
+    # at most one of them.
+    def sendfile_variation
+      roots = @options[:x_sendfile_roots]
+      mappings = @options[:x_accel_mappings]
+      log_line = @app_errors.method(:log_line)
+      return XSendfile.new(roots, log_line) unless roots.empty?
+
+      XAccelRedirect.new(mappings, log_line) unless mappings.empty?
     end
 
     def serve_requests(index)
