@@ -39,3 +39,27 @@ module Tsubame
     end
   end
 end
+
+require "tsubame/support/process_info"
+
+module Tsubame
+  # What the files tests measure of a running server, from /proc (Linux).
+  module FilesMeasureSupport
+    # Resident set size in bytes (VmRSS is given in KiB).
+    def rss_bytes(pid)
+      File.read("/proc/#{pid}/status")[/^VmRSS:\s+(\d+)/, 1].to_i * 1024
+    end
+
+    # CPU time the whole process has used (all threads, also those gone),
+    # in seconds, at the kernel's clock-tick resolution (10 ms).
+    def process_cpu(pid)
+      ProcessInfo.cpu_seconds(pid)
+    end
+
+    # CPU time one thread (task) of a process has used, in seconds, with
+    # nanosecond resolution: the first field of its schedstat.
+    def thread_cpu(pid, tid)
+      File.read("/proc/#{pid}/task/#{tid}/schedstat").split.first.to_i / 1e9
+    end
+  end
+end
