@@ -85,12 +85,6 @@ class XAccelRedirectTest < Minitest::Test
     root
   end
 
-  def wait_for_file(path, timeout: 5)
-    deadline = Time.now + timeout
-    sleep 0.02 until File.exist?(path) || Time.now > deadline
-    File.exist?(path)
-  end
-
   def raw_query(url, mark = nil)
     query = "url=#{CGI.escape(url)}"
     query += "&mark=#{CGI.escape(mark)}" if mark

@@ -77,7 +77,7 @@ class XSendfileTest < Minitest::Test
         assert_equal [200, "300000", expected, "1"], [response.status, response["content-length"], response.body, response["x-app"]]
         refute response.header?("x-sendfile"), "the header is the engine's, not the client's"
         assert_equal 1, sendfiles.call, "sent by sendfile(2), not by the app"
-        assert_equal "closed", File.read(mark), "the app's body was closed"
+        assert_equal "closed", wait_for_file(mark), "the app's body was closed (after the engine took the file)"
         client.write(request("HEAD", path_query(File.join(root, "report.bin"))))
         head = client.read_response(head: true)
         assert_equal [200, "300000"], [head.status, head["content-length"]]

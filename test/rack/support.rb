@@ -112,32 +112,6 @@ module Tsubame
       "#{lines.join("\r\n")}\r\n\r\n#{body}"
     end
 
-    # Waits until `path` exists and its contents satisfy the block (or are
-    # non-empty); returns the contents, or what is there at the deadline.
-    def wait_for_file(path, timeout: 5)
-      deadline = Time.now + timeout
-      loop do
-        text = File.exist?(path) ? File.read(path) : nil
-        return text if text && (block_given? ? yield(text) : !text.empty?)
-        return text if Time.now > deadline
-
-        sleep 0.02
-      end
-    end
-
-    # Polls the block until it returns something truthy (returned) or
-    # `timeout` passes (nil).
-    def wait_until(timeout: 5)
-      deadline = Time.now + timeout
-      loop do
-        result = yield
-        return result if result
-        return nil if Time.now > deadline
-
-        sleep 0.02
-      end
-    end
-
     def rack2?
       Rack.release.start_with?("2.")
     end
