@@ -173,6 +173,14 @@ module Tsubame
               "(default #{defaults[:handoff_spin]})") do |s|
         @options.set(:handoff_spin, s, layer: LAYER)
       end
+      opts.on("--upgrade-threads COUNT",
+              "Threads running rack.upgrade handlers (WebSockets, SSE) (default #{defaults[:upgrade_threads]})") do |n|
+        @options.set(:upgrade_threads, n, layer: LAYER)
+      end
+      opts.on("--websocket-max-message BYTES",
+              "Largest WebSocket message a client may send (default #{defaults[:websocket_max_message]})") do |n|
+        @options.set(:websocket_max_message, n, layer: LAYER)
+      end
       opts.on("--shutdown-delay SECONDS",
               "On TERM/INT, fail readiness and keep serving this long before draining " \
               "(default #{defaults[:shutdown_delay]})") do |s|

@@ -31,6 +31,7 @@ pub mod server;
 mod shared;
 pub mod stats;
 mod submit;
+pub mod upgrade;
 #[allow(unsafe_code)]
 mod sys;
 

@@ -98,6 +98,15 @@ pub struct EngineOptions {
     pub compress_min_size: u64,
     /// Content types compressed; an entry ending in `/` is a prefix.
     pub compress_types: Vec<String>,
+    /// Engine-held WebSockets and SSE (`upgrade/`): the largest frame and
+    /// message a client may send, messages per second (0: no limit), bytes
+    /// queued for a client that does not read, and the quiet time before a
+    /// ping.
+    pub websocket_max_frame: usize,
+    pub websocket_max_message: usize,
+    pub websocket_max_rate: u32,
+    pub upgrade_max_pending: usize,
+    pub upgrade_ping_interval: Duration,
 }
 
 /// Fingerprinted names as asset pipelines write them (Rails' Propshaft and
@@ -169,6 +178,11 @@ impl Default for EngineOptions {
             ]
             .map(String::from)
             .to_vec(),
+            websocket_max_frame: 1 << 20,
+            websocket_max_message: 4 << 20,
+            websocket_max_rate: 1000,
+            upgrade_max_pending: 16 << 20,
+            upgrade_ping_interval: Duration::from_secs(30),
         }
     }
 }

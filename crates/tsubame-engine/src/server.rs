@@ -143,6 +143,21 @@ impl Engine {
         &self.shared.fibers
     }
 
+    /// The engine-held WebSockets and SSE streams (`rack.upgrade`).
+    pub fn upgrades(&self) -> &crate::upgrade::Registry {
+        &self.shared.upgrades
+    }
+
+    /// Their events, for the Ruby threads that run the handlers.
+    pub fn upgrade_events(&self) -> &crate::upgrade::EventQueue {
+        &self.shared.upgrade_events
+    }
+
+    /// Bytes Ruby may queue for one upgraded connection.
+    pub fn upgrade_max_pending(&self) -> usize {
+        self.shared.upgrade_settings.max_pending
+    }
+
     /// Requests that passed their deadline while a thread ran them.
     pub fn timed_out(&self) -> &TimedOut {
         &self.shared.timed_out
@@ -259,6 +274,7 @@ impl Engine {
         if !started {
             self.shared.queue.close();
             self.shared.fibers.close();
+            self.shared.upgrade_events.close();
             self.finish(StopOutcome::Drained);
         }
     }
@@ -297,6 +313,9 @@ impl Engine {
         shared.queue.close();
         shared.fibers.close();
         shared.timed_out.close();
+        // Every upgraded connection has ended (or the drain timed out):
+        // the handler threads finish the events left and stop.
+        shared.upgrade_events.close();
         if let StopOutcome::TimedOut { connections, queued } = outcome {
             log::warn(&format!(
                 "drain timeout: closing {connections} connection(s) still open, {queued} queued request(s) dropped"

@@ -41,6 +41,11 @@ pub(crate) struct Shared {
     pub(crate) public: Option<crate::files::Public>,
     /// Response compression, when `compress` is on.
     pub(crate) compression: Option<crate::compress::Compression>,
+    /// Engine-held WebSockets and SSE (`rack.upgrade`): the connections,
+    /// the events for Ruby, the limits.
+    pub upgrades: crate::upgrade::Registry,
+    pub upgrade_events: crate::upgrade::EventQueue,
+    pub(crate) upgrade_settings: crate::upgrade::Settings,
 }
 
 impl Shared {
@@ -60,6 +65,7 @@ impl Shared {
             min_size: opts.compress_min_size,
             types: opts.compress_types.clone(),
         });
+        let upgrade_settings = crate::upgrade::Settings::from_options(&opts);
         Shared {
             readiness,
             spool_gate: SpoolGate::with_memory(opts.max_spooled_uploads, opts.upload_dir.clone(), opts.upload_memory),
@@ -78,6 +84,9 @@ impl Shared {
             nudger: Notify::new(),
             public: None,
             compression,
+            upgrades: crate::upgrade::Registry::default(),
+            upgrade_events: crate::upgrade::EventQueue::default(),
+            upgrade_settings,
         }
     }
 

@@ -167,6 +167,11 @@ pub(crate) fn reply_status(reply: &Reply) -> u16 {
     match reply {
         Reply::Full { status, .. } | Reply::Stream { status, .. } | Reply::File { status, .. } => *status,
         Reply::Hijack { .. } => 101,
+        Reply::Upgrade {
+            kind: crate::dispatch::reply::UpgradeKind::Sse,
+            ..
+        } => 200,
+        Reply::Upgrade { .. } => 101,
         Reply::Shed(_) => 503,
         Reply::Interim { .. } => 103,
     }

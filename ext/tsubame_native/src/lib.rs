@@ -12,6 +12,7 @@ mod selector;
 mod self_signed;
 mod server;
 mod stream;
+mod upgrade;
 
 use magnus::{function, method, prelude::*, Error, Ruby};
 
@@ -64,6 +65,17 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     selector.define_method("wakeup", method!(selector::Selector::wakeup, 0))?;
     selector.define_method("attach", method!(server::attach_selector, 1))?;
     server.define_method("reload_tls", method!(server::Server::reload_tls, 0))?;
+    server.define_method("upgrade_open", method!(upgrade::open, 1))?;
+    server.define_method("next_upgrade_event", method!(upgrade::next_event, 0))?;
+    server.define_method("upgrade_event_done", method!(upgrade::event_done, 1))?;
+    server.define_method("upgrade_write", method!(upgrade::write, 3))?;
+    server.define_method("upgrade_close", method!(upgrade::close, 2))?;
+    server.define_method("upgrade_pending", method!(upgrade::pending, 1))?;
+    server.define_method("upgrade_open?", method!(upgrade::is_open, 1))?;
+    server.define_method("upgrade_subscribe", method!(upgrade::subscribe, 2))?;
+    server.define_method("upgrade_unsubscribe", method!(upgrade::unsubscribe, 2))?;
+    server.define_method("publish", method!(upgrade::publish, 3))?;
+    server.define_method("upgrade_count", method!(upgrade::count, 0))?;
 
     let request = native.define_class("Request", ruby.class_object())?;
     request.define_method("env", method!(request::Request::env, 1))?;
@@ -75,6 +87,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     request.define_method("seq", method!(request::Request::seq, 0))?;
     request.define_method("deadline=", method!(request::Request::set_deadline, 1))?;
     request.define_method("deadline", method!(request::Request::deadline, 0))?;
+    request.define_method("upgrade_kind", method!(request::Request::upgrade_kind, 0))?;
+    request.define_method("upgrade", method!(request::Request::upgrade, 2))?;
 
     let stream = native.define_class("Stream", ruby.class_object())?;
     stream.define_method("write", method!(stream::Stream::write, 1))?;

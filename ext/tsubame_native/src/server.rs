@@ -22,7 +22,7 @@ thread_local! {
 
 #[magnus::wrap(class = "Tsubame::Native::Server", free_immediately, size)]
 pub struct Server {
-    engine: Arc<Engine>,
+    pub(crate) engine: Arc<Engine>,
 }
 
 const OPTION_KEYS: &[&str] = &[
@@ -73,6 +73,11 @@ const OPTION_KEYS: &[&str] = &[
     "compress",
     "compress_min_size",
     "compress_types",
+    "websocket_max_frame",
+    "websocket_max_message",
+    "websocket_max_rate",
+    "upgrade_max_pending",
+    "upgrade_ping_interval",
 ];
 
 struct OptionReader<'a> {
@@ -204,6 +209,11 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         compress: r.get("compress")?.unwrap_or(d.compress),
         compress_min_size: r.get("compress_min_size")?.unwrap_or(d.compress_min_size),
         compress_types: r.get::<Vec<String>>("compress_types")?.unwrap_or(d.compress_types),
+        websocket_max_frame: r.get("websocket_max_frame")?.unwrap_or(d.websocket_max_frame),
+        websocket_max_message: r.get("websocket_max_message")?.unwrap_or(d.websocket_max_message),
+        websocket_max_rate: r.get("websocket_max_rate")?.unwrap_or(d.websocket_max_rate),
+        upgrade_max_pending: r.get("upgrade_max_pending")?.unwrap_or(d.upgrade_max_pending),
+        upgrade_ping_interval: r.seconds("upgrade_ping_interval", d.upgrade_ping_interval)?,
     })
 }
 

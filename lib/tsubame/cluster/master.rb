@@ -277,7 +277,15 @@ module Tsubame
       when "reply"
         queue = @lock.synchronize { @replies[message["id"]] }
         queue&.push(message)
+      when "publish" then relay_publish(worker, message)
       end
+    end
+
+    # Tsubame.publish in one worker reaches the subscribers of the others
+    # (docs/WEBSOCKETS.md): the master passes the message on as it came.
+    def relay_publish(from, message)
+      others = @lock.synchronize { @workers.select { |w| w != from && w.link && !w.link.closed? } }
+      others.each { |worker| worker.link.send(message) }
     end
 
     def booted(worker)

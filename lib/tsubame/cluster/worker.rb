@@ -41,6 +41,7 @@ module Tsubame
       @server = Server.new(app, @options, listeners: @listeners,
                                           busy_accept_delay: @options[:wait_for_less_busy_worker])
       @server.start
+      @server.upgrades.relay = ->(publish) { @link.send(publish) }
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
                  "boot_seconds" => (monotonic - started).round(3))
       checker = Thread.new { check_in }
@@ -119,6 +120,9 @@ module Tsubame
     end
 
     def answer(message)
+      # Another worker's Tsubame.publish: delivered here, nothing to reply.
+      return @server.upgrades.deliver(message) if message["type"] == "publish"
+
       data =
         case message["type"]
         when "gc"

@@ -330,6 +330,33 @@ module Tsubame
       set(:handoff_spin, seconds)
     end
 
+    # rack.upgrade (engine-held WebSockets and SSE, docs/WEBSOCKETS.md): the
+    # threads that run the handlers' callbacks, and the engine's limits.
+    def upgrade_threads(count)
+      set(:upgrade_threads, count)
+    end
+
+    def websocket_max_frame(bytes)
+      set(:websocket_max_frame, bytes)
+    end
+
+    def websocket_max_message(bytes)
+      set(:websocket_max_message, bytes)
+    end
+
+    # Messages per second a client may send; 0 is no limit.
+    def websocket_max_rate(per_second)
+      set(:websocket_max_rate, per_second)
+    end
+
+    def upgrade_max_pending(bytes)
+      set(:upgrade_max_pending, bytes)
+    end
+
+    def upgrade_ping_interval(seconds)
+      set(:upgrade_ping_interval, seconds)
+    end
+
     # On TERM/INT: readiness answers 503 at once, serving goes on for this
     # long, then the drain (docs/OVERLOAD.md, "Stopping behind a balancer").
     def shutdown_delay(seconds)

@@ -81,6 +81,13 @@ module Tsubame
         application/wasm image/svg+xml
       ].freeze,
       early_hints: false,
+      # rack.upgrade: WebSockets and SSE held by the engine (docs/WEBSOCKETS.md).
+      upgrade_threads: 2,
+      websocket_max_frame: 1_048_576,
+      websocket_max_message: 4_194_304,
+      websocket_max_rate: 1000,
+      upgrade_max_pending: 16_777_216,
+      upgrade_ping_interval: 30.0,
       tls_self_signed: false,
       environment: "development",
       rackup: "config.ru",
@@ -126,6 +133,7 @@ module Tsubame
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
       public_dir public_index public_immutable compress compress_min_size compress_types
+      websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
     ].freeze
 
     KINDS = {
@@ -181,6 +189,12 @@ module Tsubame
       compress_min_size: :integer,
       compress_types: :content_types,
       early_hints: :boolean,
+      upgrade_threads: :positive_integer,
+      websocket_max_frame: :positive_integer,
+      websocket_max_message: :positive_integer,
+      websocket_max_rate: :integer,
+      upgrade_max_pending: :positive_integer,
+      upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
       environment: :string,
       rackup: :string,

@@ -21,6 +21,7 @@ require "tsubame/fiber/routes"
 require "tsubame/serve/idle_memory"
 require "tsubame/serve/x_sendfile"
 require "tsubame/serve/x_accel_redirect"
+require "tsubame/serve/upgrades"
 require "tsubame/support/named_thread"
 
 module Tsubame
@@ -38,7 +39,7 @@ module Tsubame
     # cost N seconds.
     THREAD_GRACE = 1.0
 
-    attr_reader :app, :options
+    attr_reader :app, :options, :upgrades
 
     # listeners: sockets bound elsewhere (a cluster worker's, inherited from
     # the master); by default the server binds options[:binds] itself.
@@ -95,6 +96,8 @@ module Tsubame
       @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
+      @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
+      Upgrades.current = @upgrades
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
       @fiber_loops = start_fiber_loops
       @timeouts.start(@threads, @fiber_loops)
@@ -210,7 +213,7 @@ module Tsubame
 
     def join_threads
       deadline = monotonic + THREAD_GRACE
-      (@threads + @fiber_loops.map(&:thread)).each do |thread|
+      (@threads + @fiber_loops.map(&:thread) + (@upgrades&.threads || [])).each do |thread|
         left = deadline - monotonic
         thread.join([left, 0].max) || thread.kill
       end
@@ -246,6 +249,9 @@ module Tsubame
     def env_for(request)
       env = request.env(@base_env)
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
+      if (upgrade = request.upgrade_kind)
+        env["rack.upgrade?"] = upgrade
+      end
       @x_sendfile&.prepare(env)
       env
     end
@@ -256,6 +262,9 @@ module Tsubame
       begin
         status, headers, body = @app.call(env)
         return if request.hijacked?
+        # rack.upgrade: the engine answers the handshake, not the app's
+        # response (its body is closed below as always).
+        return @upgrades.take(request, env, env["rack.upgrade"]) if env["rack.upgrade?"] && env["rack.upgrade"]
 
         status, headers, body = @x_sendfile.apply(status, headers, body) if @x_sendfile
 

@@ -39,6 +39,9 @@ pub enum Reply {
     Hijack {
         socket: std::sync::mpsc::SyncSender<std::io::Result<OwnedFd>>,
     },
+    /// The app took `rack.upgrade`: the connection becomes an engine-held
+    /// WebSocket or SSE stream, registered as `id` (see `upgrade/`).
+    Upgrade { kind: UpgradeKind, id: u64 },
     /// The engine itself turned the request away (503) while it was queued.
     Shed(crate::error::ShedReason),
     /// An informational response (103 Early Hints) before the real one,
@@ -48,4 +51,11 @@ pub enum Reply {
         head: Bytes,
         next: tokio::sync::oneshot::Receiver<Reply>,
     },
+}
+
+/// What a `rack.upgrade` turns the connection into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpgradeKind {
+    WebSocket,
+    Sse,
 }

@@ -644,6 +644,12 @@ async fn write_reply(
             respond.send_reset(Reason::INTERNAL_ERROR);
             None
         }
+        Reply::Upgrade { id, .. } => {
+            // Never offered on HTTP/2 (no `rack.upgrade?` in the env).
+            crate::upgrade::abandon(&shared.upgrades, &shared.upgrade_events, id);
+            respond.send_reset(Reason::INTERNAL_ERROR);
+            None
+        }
         Reply::Shed(_) | Reply::Interim { .. } => {
             respond.send_reset(Reason::INTERNAL_ERROR);
             None

@@ -128,6 +128,9 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         // The public folder answers first; whatever it does not have goes
         // on to the app.
         let accept_encoding = accept_encoding(shared.compression.as_ref(), &head);
+        // Checked now, while the head is here: the app may take the
+        // upgrade (`rack.upgrade`) once the head has gone to Ruby.
+        let websocket = crate::ws::handshake::is_upgrade_request(&head).then(|| crate::ws::handshake::check(&head));
         let public = shared.public.as_ref().and_then(|p| p.answer(&head, keep_alive));
         let reply = if let Some(reply) = public {
             reply
@@ -183,6 +186,9 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
+        if let Reply::Upgrade { kind, id } = reply {
+            return crate::http1::upgraded::serve(io, buf, kind, id, websocket, &shared).await;
+        }
         let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
         // The stop (or its lame-duck period) may have begun while the app
         // ran: the head it made would keep the connection open.
@@ -416,7 +422,7 @@ async fn write_reply<T: ClientIo>(
             close,
             ..
         } => write_stream(io, head, chunks, encoder, framing, close, shared).await,
-        Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } => (Written::Failed, 0),
+        Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } | Reply::Upgrade { .. } => (Written::Failed, 0),
     }
 }
 

@@ -6,3 +6,4 @@ pub(crate) mod closing;
 pub mod connection;
 pub mod parse;
 mod stream_frames;
+mod upgraded;

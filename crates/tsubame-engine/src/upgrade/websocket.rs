@@ -1,0 +1,220 @@
+//! A WebSocket after its handshake: client frames decoded into messages
+//! for the handler (one at a time: the socket is not read while Ruby has a
+//! message, so a fast client is slowed by TCP instead of filling memory),
+//! what Ruby wrote sent as frames, pings answered and sent, and the close
+//! handshake, whichever side starts it.
+
+use super::{write, EventKind, Out, Session};
+use crate::ws::close::close_payload;
+use crate::ws::frame::{encode, OpCode};
+use crate::ws::message::{Decoder, Limits, Message};
+use bytes::BytesMut;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+/// How long the engine waits for the client's close frame after sending
+/// its own, before it drops the connection.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Read room per connection: small, because idle connections keep it.
+const READ_CHUNK: usize = 4096;
+
+/// Where the session is.
+#[derive(PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// A stop began: `on_shutdown` runs, then the engine closes with 1001.
+    ShuttingDown,
+    /// Our close frame is out; waiting for the client's until the instant.
+    Closing(Instant),
+}
+
+/// Runs the connection from the 101 response (`handshake`) to its end;
+/// `buf` holds whatever the client sent after its request.
+pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMut, handshake: &[u8], s: Session<'_>) {
+    if write(io, handshake).await.is_err() {
+        return s.finish();
+    }
+    let mut decoder = Decoder::new(Limits {
+        max_frame: s.settings.max_frame,
+        max_message: s.settings.max_message,
+    });
+    let mut frames = BytesMut::new();
+    let mut taken = Vec::new();
+    let mut phase = Phase::Open;
+    let mut shutdown_asked = false;
+    let mut last_heard = Instant::now();
+    let mut ping_out = false;
+    let mut rate = Rate::new(s.settings.max_rate);
+    s.event(EventKind::Open, None);
+    let mut waiting = true;
+    'session: loop {
+        // Messages already read, while Ruby is free for the next one.
+        while !waiting && phase != Phase::ShuttingDown {
+            match decoder.decode(&mut buf) {
+                Ok(Some(Message::Text(data))) | Ok(Some(Message::Binary(data))) if !matches!(phase, Phase::Open) => {
+                    // After our close: read for the client's, drop the rest.
+                    drop(data);
+                }
+                Ok(Some(Message::Text(data))) => {
+                    if !rate.allow() {
+                        phase = close(&mut frames, 1008, "message rate limit");
+                        break;
+                    }
+                    s.event(EventKind::Message { text: true }, Some(data));
+                    waiting = true;
+                }
+                Ok(Some(Message::Binary(data))) => {
+                    if !rate.allow() {
+                        phase = close(&mut frames, 1008, "message rate limit");
+                        break;
+                    }
+                    s.event(EventKind::Message { text: false }, Some(data));
+                    waiting = true;
+                }
+                Ok(Some(Message::Ping(data))) => encode(OpCode::Pong, &data, &mut frames),
+                Ok(Some(Message::Pong(_))) => {}
+                Ok(Some(Message::Close(code))) => {
+                    if matches!(phase, Phase::Open) {
+                        // Echo the client's code (RFC 6455 §5.5.1), 1000
+                        // when it gave none.
+                        let code = code.map_or(1000, |(code, _)| code);
+                        encode(OpCode::Close, &close_payload(code, ""), &mut frames);
+                    }
+                    let _ = write(io, &frames).await;
+                    break 'session;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    encode(OpCode::Close, &close_payload(e.code, e.reason), &mut frames);
+                    let _ = write(io, &frames).await;
+                    break 'session;
+                }
+            }
+        }
+        if !frames.is_empty() {
+            if write(io, &frames).await.is_err() {
+                break;
+            }
+            frames.clear();
+        }
+        if shutdown_asked && !waiting && phase == Phase::Open {
+            s.event(EventKind::Shutdown, None);
+            waiting = true;
+            phase = Phase::ShuttingDown;
+        } else if phase == Phase::ShuttingDown && !waiting {
+            phase = close(&mut frames, 1001, "server shutting down");
+            continue;
+        }
+        let timer = match phase {
+            Phase::Closing(until) => until,
+            _ => last_heard + s.settings.ping_interval,
+        };
+        let read_allowed = !waiting || matches!(phase, Phase::Closing(_));
+        if read_allowed {
+            buf.reserve(READ_CHUNK);
+        }
+        // Ruby's writes before its `done`: a handler's last write (in
+        // on_shutdown, say) goes out before the state moves on.
+        tokio::select! {
+            biased;
+            _ = s.out.wake.notified() => {
+                let overflowed = s.out.take(&mut taken);
+                let mut sent = 0;
+                for out in taken.drain(..) {
+                    match out {
+                        _ if !matches!(phase, Phase::Open | Phase::ShuttingDown) => {}
+                        Out::Text(data) => {
+                            sent += data.len();
+                            encode(OpCode::Text, &data, &mut frames);
+                        }
+                        Out::Binary(data) => {
+                            sent += data.len();
+                            encode(OpCode::Binary, &data, &mut frames);
+                        }
+                        Out::Close(code) => phase = close(&mut frames, code, ""),
+                    }
+                }
+                if overflowed && matches!(phase, Phase::Open | Phase::ShuttingDown) {
+                    phase = close(&mut frames, 1008, "client is not reading");
+                }
+                if write(io, &frames).await.is_err() {
+                    break;
+                }
+                frames.clear();
+                let left = s.out.sent(sent);
+                if sent > 0 && left == 0 && !waiting && phase == Phase::Open
+                    && s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire)
+                {
+                    s.event(EventKind::Drained, None);
+                    waiting = true;
+                }
+            }
+            _ = s.out.done.notified(), if waiting => waiting = false,
+            read = io.read_buf(&mut buf), if read_allowed => {
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        last_heard = Instant::now();
+                        ping_out = false;
+                    }
+                }
+            }
+            _ = s.stopped(), if !shutdown_asked => shutdown_asked = true,
+            _ = tokio::time::sleep_until(timer.into()) => {
+                match phase {
+                    Phase::Closing(_) => break,
+                    _ if ping_out => break,
+                    _ => {
+                        encode(OpCode::Ping, b"", &mut frames);
+                        ping_out = true;
+                        last_heard = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+    s.out.shut();
+    // An event Ruby still runs must end before `on_close`.
+    if waiting {
+        s.out.done.notified().await;
+    }
+    s.finish();
+}
+
+/// Queues a close frame and starts waiting for the client's.
+fn close(frames: &mut BytesMut, code: u16, reason: &str) -> Phase {
+    encode(OpCode::Close, &close_payload(code, reason), frames);
+    Phase::Closing(Instant::now() + CLOSE_WAIT)
+}
+
+
+/// Messages a client may send per second: a window that restarts each
+/// second.
+struct Rate {
+    limit: u32,
+    count: u32,
+    window: Instant,
+}
+
+impl Rate {
+    fn new(limit: u32) -> Rate {
+        Rate {
+            limit,
+            count: 0,
+            window: Instant::now(),
+        }
+    }
+
+    fn allow(&mut self) -> bool {
+        if self.limit == 0 {
+            return true;
+        }
+        if self.window.elapsed() >= Duration::from_secs(1) {
+            self.window = Instant::now();
+            self.count = 0;
+        }
+        self.count += 1;
+        self.count <= self.limit
+    }
+}
+

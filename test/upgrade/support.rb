@@ -1,0 +1,191 @@
+# frozen_string_literal: true
+
+require "socket"
+require "digest/sha1"
+require "base64"
+require "json"
+
+module Tsubame
+  # A WebSocket client written for the tests, byte by byte, so a test can
+  # also send what no real client would (unmasked frames, bad opcodes).
+  module UpgradeSupport
+    GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+    # An app with a rack.upgrade handler that echoes, greets, records its
+    # callbacks in a file named by TSUBAME_TEST_EVENTS, and answers a few
+    # commands; /publish?channel=c&message=m publishes, /threads counts
+    # Ruby threads, /sse-publish is the same for SSE.
+    APP = <<~'RUBY'
+      require "json"
+      log = ENV.fetch("TSUBAME_TEST_EVENTS")
+      record = ->(line) { File.open(log, "a") { |f| f.puts(line) } }
+      handler = Class.new do
+        define_method(:on_open) do |conn|
+          record.call("open #{conn.protocol}")
+          conn.subscribe("chat")
+          conn.write("welcome")
+        end
+        define_method(:on_message) do |conn, data|
+          record.call("message #{data.encoding} #{data.bytesize}")
+          case data
+          when "close-4001" then conn.close(4001)
+          when "pending" then conn.write("pending #{conn.pending}")
+          when "pid" then conn.write(Process.pid.to_s)
+          when "raise" then raise "handler failure"
+          else conn.write(data)
+          end
+        end
+        define_method(:on_shutdown) { |conn| record.call("shutdown"); conn.write("bye") }
+        define_method(:on_close) { |conn| record.call("close #{conn.open?}") }
+      end
+      run lambda { |env|
+        case env["PATH_INFO"]
+        when "/threads" then [200, { "content-type" => "text/plain" }, [Thread.list.size.to_s]]
+        when "/publish"
+          params = Rack::Utils.parse_query(env["QUERY_STRING"])
+          count = Tsubame.publish(params.fetch("channel"), params.fetch("message"))
+          [200, { "content-type" => "text/plain" }, [count.to_s]]
+        else
+          if env["rack.upgrade?"]
+            env["rack.upgrade"] = handler.new
+            [200, {}, []]
+          else
+            [200, { "content-type" => "text/plain" }, ["upgrade? #{env["rack.upgrade?"].inspect}"]]
+          end
+        end
+      }
+    RUBY
+
+    # One client connection after its handshake.
+    class Client
+      attr_reader :response_head
+
+      def initialize(port, path: "/ws", headers: {})
+        @sock = TCPSocket.new("127.0.0.1", port)
+        @buf = +"".b
+        key = Base64.strict_encode64(Random.bytes(16))
+        @expected_accept = Base64.strict_encode64(Digest::SHA1.digest(key + GUID))
+        lines = ["GET #{path} HTTP/1.1", "Host: 127.0.0.1:#{port}", "Upgrade: websocket", "Connection: Upgrade",
+                 "Sec-WebSocket-Key: #{key}", "Sec-WebSocket-Version: 13"]
+        headers.each { |name, value| lines << "#{name}: #{value}" }
+        @sock.write("#{lines.join("\r\n")}\r\n\r\n")
+        @response_head = read_until("\r\n\r\n")
+      end
+
+      def accepted?
+        @response_head.start_with?("HTTP/1.1 101") &&
+          @response_head.match?(/^sec-websocket-accept: #{Regexp.escape(@expected_accept)}\r?$/i)
+      end
+
+      # A frame as a client sends it: masked unless told otherwise.
+      def send_frame(opcode, payload, fin: true, mask: true, rsv: 0)
+        payload = payload.b
+        first = (fin ? 0x80 : 0) | (rsv << 4) | opcode
+        len = payload.bytesize
+        header = [first].pack("C")
+        mask_bit = mask ? 0x80 : 0
+        header << if len < 126
+                    [mask_bit | len].pack("C")
+                  elsif len < 65_536
+                    [mask_bit | 126, len].pack("Cn")
+                  else
+                    [mask_bit | 127, len].pack("CQ>")
+                  end
+        if mask
+          key = Random.bytes(4)
+          header << key
+          payload = payload.bytes.each_with_index.map { |b, i| b ^ key.getbyte(i % 4) }.pack("C*")
+        end
+        @sock.write(header + payload)
+      end
+
+      def text(data)
+        send_frame(0x1, data.encode(Encoding::UTF_8))
+      end
+
+      def binary(data)
+        send_frame(0x2, data)
+      end
+
+      def close_frame(code = 1000, reason = "")
+        send_frame(0x8, [code].pack("n") + reason)
+      end
+
+      # The next frame from the server: [opcode, payload]; nil at EOF.
+      def read_frame(timeout: 5)
+        head = read_exact(2, timeout)
+        return nil unless head
+
+        first, second = head.unpack("CC")
+        raise "server frames must not be masked" if second & 0x80 != 0
+
+        len = second & 0x7f
+        len = read_exact(2, timeout).unpack1("n") if len == 126
+        len = read_exact(8, timeout).unpack1("Q>") if len == 127
+        [first & 0x0f, read_exact(len, timeout) || raise("frame cut short")]
+      end
+
+      # The next data frame's payload, answering nothing else.
+      def read_message(timeout: 5)
+        loop do
+          frame = read_frame(timeout: timeout)
+          return nil unless frame
+          return frame[1] if [1, 2].include?(frame[0])
+        end
+      end
+
+      # The close code of the server's close frame, reading past data.
+      def read_close(timeout: 5)
+        loop do
+          frame = read_frame(timeout: timeout)
+          return :eof unless frame
+          return frame[1].bytesize >= 2 ? frame[1].unpack1("n") : :no_code if frame[0] == 8
+        end
+      end
+
+      def eof?(timeout = 3)
+        return false unless @sock.wait_readable(timeout)
+
+        @sock.read_nonblock(65_536, exception: false).nil?
+      rescue Errno::ECONNRESET
+        true
+      end
+
+      def close
+        @sock.close unless @sock.closed?
+      end
+
+      private
+
+      def read_until(separator)
+        until (at = @buf.index(separator))
+          fill(5)
+        end
+        @buf.slice!(0, at + separator.bytesize)
+      end
+
+      def read_exact(count, timeout)
+        while @buf.bytesize < count
+          return nil unless fill(timeout)
+        end
+        @buf.slice!(0, count)
+      end
+
+      def fill(timeout)
+        raise "no data from the server within #{timeout}s" unless @sock.wait_readable(timeout)
+
+        chunk = @sock.read_nonblock(65_536, exception: false)
+        return false if chunk.nil?
+
+        @buf << chunk unless chunk == :wait_readable
+        true
+      rescue Errno::ECONNRESET
+        false
+      end
+    end
+
+    def events(path)
+      File.exist?(path) ? File.readlines(path, chomp: true) : []
+    end
+  end
+end
