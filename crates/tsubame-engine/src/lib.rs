@@ -33,6 +33,7 @@ pub mod stats;
 mod submit;
 #[allow(unsafe_code)]
 mod sys;
+pub mod ws;
 
 pub use dispatch::fiber_queue::FiberQueue;
 pub use dispatch::fiber_route::{FiberPath, FiberRoutes, PatternError};

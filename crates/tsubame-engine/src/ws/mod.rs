@@ -1,0 +1,4 @@
+//! The WebSocket protocol (RFC 6455) as pure functions over bytes, with no
+//! I/O. Being built up file by file; see the final module doc.
+
+pub mod utf8;
