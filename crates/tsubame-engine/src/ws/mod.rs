@@ -1,4 +1,7 @@
 //! The WebSocket protocol (RFC 6455) as pure functions over bytes, with no
 //! I/O. Being built up file by file; see the final module doc.
 
+pub mod frame;
 pub mod utf8;
+
+pub use frame::{encode, encode_header, OpCode};
