@@ -3,7 +3,9 @@
 
 pub mod close;
 pub mod frame;
+pub mod message;
 pub mod utf8;
 
 pub use close::{close_payload, valid_received_code};
 pub use frame::{encode, encode_header, OpCode};
+pub use message::{Decoder, Limits, Message, ProtocolError};
