@@ -34,6 +34,7 @@ mod submit;
 pub mod upgrade;
 #[allow(unsafe_code)]
 mod sys;
+pub mod ws;
 
 pub use dispatch::fiber_queue::FiberQueue;
 pub use dispatch::fiber_route::{FiberPath, FiberRoutes, PatternError};
