@@ -10,6 +10,9 @@
 //! the protocol writes it. Dependencies point one way: `server.rs` (the
 //! engine) → protocols → `dispatch/` → `message/`; `shared.rs` is the
 //! state they all read.
+//!
+//! `ws/` is the WebSocket protocol (RFC 6455) as pure functions over bytes,
+//! for a connection that upgrades: handshake, frames, the message decoder.
 
 #![deny(unsafe_code)]
 
