@@ -34,9 +34,9 @@ pub mod server;
 mod shared;
 pub mod stats;
 mod submit;
-pub mod upgrade;
 #[allow(unsafe_code)]
 mod sys;
+pub mod upgrade;
 pub mod ws;
 
 pub use dispatch::fiber_queue::FiberQueue;

@@ -14,7 +14,7 @@ use tsubame_engine::upgrade::{EventKind, Out, Popped};
 pub fn open(rb_self: &Server, wants_drained: bool) -> u64 {
     let engine = &rb_self.engine;
     let (id, out) = engine.upgrades().open(engine.upgrade_max_pending());
-    out.wants_drained.store(wants_drained, Ordering::Release);
+    out.set_wants_drained(wants_drained);
     id
 }
 
@@ -78,7 +78,7 @@ fn message_string(ruby: &Ruby, data: Option<Bytes>, text: bool) -> RString {
 /// hand over its next one.
 pub fn event_done(rb_self: &Server, id: u64) {
     if let Some(out) = rb_self.engine.upgrades().get(id) {
-        out.done.notify_one();
+        out.event_done();
     }
 }
 
@@ -89,7 +89,8 @@ pub fn write(rb_self: &Server, id: u64, data: RString, text: bool) -> bool {
         return false;
     };
     let bytes = with_bytes(data, Bytes::copy_from_slice);
-    out.push(if text { Out::Text(bytes) } else { Out::Binary(bytes) }).is_ok()
+    out.push(if text { Out::Text(bytes) } else { Out::Binary(bytes) })
+        .is_ok()
 }
 
 /// Starts closing connection `id` (a WebSocket close frame with `code`).

@@ -114,7 +114,13 @@ mod tests {
             data: Some(Bytes::from_static(b"hi")),
         });
         queue.close();
-        assert!(matches!(queue.pop_wait(&flag), Popped::Event(Event { kind: EventKind::Open, .. })));
+        assert!(matches!(
+            queue.pop_wait(&flag),
+            Popped::Event(Event {
+                kind: EventKind::Open,
+                ..
+            })
+        ));
         assert!(matches!(queue.pop_wait(&flag), Popped::Event(Event { data: Some(d), .. }) if &d[..] == b"hi"));
         assert!(matches!(queue.pop_wait(&flag), Popped::Closed));
     }

@@ -64,7 +64,11 @@ impl Session<'_> {
     /// Hands an event to Ruby; the task waits for `out.done` before the
     /// next one.
     fn event(&self, kind: EventKind, data: Option<bytes::Bytes>) {
-        self.events.push(Event { id: self.id, kind, data });
+        self.events.push(Event {
+            id: self.id,
+            kind,
+            data,
+        });
     }
 
     /// Resolves once a stop has begun (at once if it already had).

@@ -108,6 +108,16 @@ impl Outbound {
         state.bytes
     }
 
+    /// Whether the handler wants `on_drained`.
+    pub fn set_wants_drained(&self, wants: bool) {
+        self.wants_drained.store(wants, Ordering::Release);
+    }
+
+    /// Ruby finished the event the connection handed over.
+    pub fn event_done(&self) {
+        self.done.notify_one();
+    }
+
     /// Bytes written by Ruby and not yet sent to the socket.
     pub fn pending(&self) -> usize {
         self.lock().bytes
@@ -265,7 +275,10 @@ mod tests {
         let registry = Registry::default();
         let (_, out) = registry.open(8);
         out.push(Out::Binary(Bytes::from_static(b"12345"))).unwrap();
-        assert_eq!(out.push(Out::Binary(Bytes::from_static(b"6789"))), Err(WriteError::Overflow));
+        assert_eq!(
+            out.push(Out::Binary(Bytes::from_static(b"6789"))),
+            Err(WriteError::Overflow)
+        );
         assert!(out.take(&mut Vec::new()), "the task learns it overflowed");
         assert_eq!(out.push(Out::Binary(Bytes::from_static(b"1"))), Err(WriteError::Closed));
     }

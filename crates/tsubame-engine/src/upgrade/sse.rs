@@ -101,7 +101,11 @@ fn event(data: &[u8], out: &mut BytesMut) {
         out.extend_from_slice(line);
         out.extend_from_slice(b"\n");
         let Some(at) = end else { break };
-        let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') { 2 } else { 1 };
+        let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') {
+            2
+        } else {
+            1
+        };
         rest = &rest[at + skip..];
         if rest.is_empty() {
             break;
@@ -109,7 +113,6 @@ fn event(data: &[u8], out: &mut BytesMut) {
     }
     out.extend_from_slice(b"\n");
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -187,7 +187,6 @@ fn close(frames: &mut BytesMut, code: u16, reason: &str) -> Phase {
     Phase::Closing(Instant::now() + CLOSE_WAIT)
 }
 
-
 /// Messages a client may send per second: a window that restarts each
 /// second.
 struct Rate {
@@ -217,4 +216,3 @@ impl Rate {
         self.count <= self.limit
     }
 }
-

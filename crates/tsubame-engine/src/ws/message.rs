@@ -217,7 +217,10 @@ impl Decoder {
             let payload_len = self.check(&header)?;
             let frame_len = header.header_len.checked_add(payload_len).ok_or(FRAME_TOO_BIG)?;
             if buf.len() < frame_len {
-                buf.reserve(frame_len - buf.len());
+                // Room for what is missing, but at most 64 KiB ahead of the
+                // bytes that came: a header alone never makes the server set
+                // aside `max_frame` (thousands of idle clients could).
+                buf.reserve((frame_len - buf.len()).min(64 * 1024));
                 return Ok(None);
             }
             buf.advance(header.header_len);
