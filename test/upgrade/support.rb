@@ -99,6 +99,11 @@ module Tsubame
         @sock.write(header + payload)
       end
 
+      # Raw bytes, for frames the helpers above cannot make.
+      def sock_write(bytes)
+        @sock.write(bytes)
+      end
+
       def text(data)
         send_frame(0x1, data.encode(Encoding::UTF_8))
       end
