@@ -181,6 +181,11 @@ module Tsubame
               "Largest WebSocket message a client may send (default #{defaults[:websocket_max_message]})") do |n|
         @options.set(:websocket_max_message, n, layer: LAYER)
       end
+      opts.on("--websocket-max-rate COUNT",
+              "WebSocket messages a client may send per second; 0 is no limit " \
+              "(default #{defaults[:websocket_max_rate]})") do |n|
+        @options.set(:websocket_max_rate, n, layer: LAYER)
+      end
       opts.on("--shutdown-delay SECONDS",
               "On TERM/INT, fail readiness and keep serving this long before draining " \
               "(default #{defaults[:shutdown_delay]})") do |s|

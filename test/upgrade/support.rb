@@ -74,7 +74,7 @@ module Tsubame
 
       def accepted?
         @response_head.start_with?("HTTP/1.1 101") &&
-          @response_head.match?(/^sec-websocket-accept: #{Regexp.escape(@expected_accept)}\r?$/i)
+          @response_head.match?(/^sec-websocket-accept:\s*#{Regexp.escape(@expected_accept)}\r?$/i)
       end
 
       # A frame as a client sends it: masked unless told otherwise.

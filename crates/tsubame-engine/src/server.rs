@@ -153,6 +153,11 @@ impl Engine {
         &self.shared.upgrade_events
     }
 
+    /// How long a thread out of work stays awake (`handoff_spin`).
+    pub fn handoff_spin(&self) -> Duration {
+        self.shared.opts.handoff_spin
+    }
+
     /// Bytes Ruby may queue for one upgraded connection.
     pub fn upgrade_max_pending(&self) -> usize {
         self.shared.upgrade_settings.max_pending
@@ -387,15 +392,17 @@ fn spin_before_park(shared: &Shared) {
     // action of half a millisecond would leave the thread spinning for
     // nothing.
     let connections = shared.stats.connections_active.load(Ordering::Relaxed);
-    if connections == 0 || (shared.queue.outstanding() as u64) < connections || shared.queue.typical_service() >= limit
-    {
+    // Upgraded connections whose handler runs wait for Ruby the same way.
+    let upgrades = shared.upgrade_events.in_flight();
+    let waiting = (shared.queue.outstanding() + upgrades) as u64;
+    if connections == 0 || waiting < connections || (upgrades == 0 && shared.queue.typical_service() >= limit) {
         return;
     }
     let started = std::time::Instant::now();
     let mut n = 0u32;
     // Yielding, like the app thread's spin (`JobQueue::pop_wait`): a
     // runnable app thread on this core gets it at once.
-    while shared.queue.app_busy() {
+    while shared.queue.app_busy() || shared.upgrade_events.in_flight() > 0 {
         std::thread::yield_now();
         n += 1;
         if n.is_multiple_of(4) && started.elapsed() >= limit {

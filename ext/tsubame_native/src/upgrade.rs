@@ -24,10 +24,11 @@ pub fn open(rb_self: &Server, wants_drained: bool) -> u64 {
 /// GVL released.
 pub fn next_event(ruby: &Ruby, rb_self: &Server) -> Result<Option<RArray>, Error> {
     let events = rb_self.engine.upgrade_events();
+    let spin = rb_self.engine.handoff_spin();
     loop {
         let interrupted = AtomicBool::new(false);
         let (popped, raised) = without_gvl(
-            || events.pop_wait(&interrupted),
+            || events.pop_wait(&interrupted, spin),
             || {
                 interrupted.store(true, Ordering::Release);
                 events.wake_all();
@@ -78,6 +79,7 @@ fn message_string(ruby: &Ruby, data: Option<Bytes>, text: bool) -> RString {
 /// hand over its next one.
 pub fn event_done(rb_self: &Server, id: u64) {
     if let Some(out) = rb_self.engine.upgrades().get(id) {
+        rb_self.engine.upgrade_events().done();
         out.event_done();
     }
 }

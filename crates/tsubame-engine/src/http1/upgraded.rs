@@ -33,7 +33,11 @@ pub(crate) async fn serve<T: ClientIo>(
         (UpgradeKind::Sse, _) => run_sse(&mut io, session).await,
         (UpgradeKind::WebSocket, Some(Ok(upgrade))) => {
             let head = response_head(&upgrade, None);
-            run_websocket(&mut io, buf, &head, session).await;
+            // The request's read buffer is sized for heads and bodies; an
+            // idle WebSocket keeps only what the client already sent.
+            let rest = BytesMut::from(&buf[..]);
+            drop(buf);
+            run_websocket(&mut io, rest, &head, session).await;
         }
         (UpgradeKind::WebSocket, refused) => {
             // The app asked for a WebSocket the request cannot have (the

@@ -7,8 +7,9 @@
 
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
@@ -51,6 +52,12 @@ struct State {
 pub struct EventQueue {
     state: Mutex<State>,
     ready: Condvar,
+    /// Events handed to Ruby and not yet done (every kind but Close): the
+    /// I/O thread stays awake a moment while there are some, since the
+    /// handler's write is then about to wake it (`server.rs`).
+    in_flight: AtomicUsize,
+    /// Queued, readable without the lock: what a spinning thread watches.
+    queued: AtomicUsize,
 }
 
 impl EventQueue {
@@ -60,15 +67,45 @@ impl EventQueue {
     }
 
     pub fn push(&self, event: Event) {
+        if event.kind != EventKind::Close {
+            self.in_flight.fetch_add(1, Ordering::AcqRel);
+        }
         self.lock().events.push_back(event);
+        self.queued.fetch_add(1, Ordering::AcqRel);
         self.ready.notify_one();
     }
 
-    /// Waits for an event; blocking, for a thread without the GVL.
-    pub fn pop_wait(&self, interrupted: &AtomicBool) -> Popped {
+    /// Ruby finished an event (not a Close).
+    pub fn done(&self) {
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Waits for an event; blocking, for a thread without the GVL. It
+    /// first stays awake for up to `spin` (yielding): a conversation's
+    /// next message often comes that soon, and a thread asleep on the
+    /// condvar costs a futex wake-up to get back.
+    pub fn pop_wait(&self, interrupted: &AtomicBool, spin: Duration) -> Popped {
+        if !spin.is_zero() {
+            let started = Instant::now();
+            let mut n = 0u32;
+            while self.queued.load(Ordering::Acquire) == 0 && !interrupted.load(Ordering::Acquire) {
+                std::thread::yield_now();
+                n += 1;
+                if n.is_multiple_of(4) && started.elapsed() >= spin {
+                    break;
+                }
+            }
+        }
         let mut state = self.lock();
         loop {
             if let Some(event) = state.events.pop_front() {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
                 return Popped::Event(event);
             }
             if state.closed {
@@ -115,14 +152,16 @@ mod tests {
         });
         queue.close();
         assert!(matches!(
-            queue.pop_wait(&flag),
+            queue.pop_wait(&flag, Duration::ZERO),
             Popped::Event(Event {
                 kind: EventKind::Open,
                 ..
             })
         ));
-        assert!(matches!(queue.pop_wait(&flag), Popped::Event(Event { data: Some(d), .. }) if &d[..] == b"hi"));
-        assert!(matches!(queue.pop_wait(&flag), Popped::Closed));
+        assert!(
+            matches!(queue.pop_wait(&flag, Duration::ZERO), Popped::Event(Event { data: Some(d), .. }) if &d[..] == b"hi")
+        );
+        assert!(matches!(queue.pop_wait(&flag, Duration::ZERO), Popped::Closed));
     }
 
     #[test]
@@ -130,7 +169,7 @@ mod tests {
         let queue = Arc::new(EventQueue::default());
         let waiter = {
             let queue = queue.clone();
-            std::thread::spawn(move || queue.pop_wait(&AtomicBool::new(false)))
+            std::thread::spawn(move || queue.pop_wait(&AtomicBool::new(false), Duration::from_micros(50)))
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         queue.push(Event {
@@ -142,7 +181,7 @@ mod tests {
         let flag = Arc::new(AtomicBool::new(false));
         let waiter = {
             let (queue, flag) = (queue.clone(), flag.clone());
-            std::thread::spawn(move || queue.pop_wait(&flag))
+            std::thread::spawn(move || queue.pop_wait(&flag, Duration::ZERO))
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         flag.store(true, Ordering::Release);

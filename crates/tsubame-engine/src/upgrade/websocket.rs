@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 /// its own, before it drops the connection.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// Read room per connection: small, because idle connections keep it.
-const READ_CHUNK: usize = 4096;
+const READ_CHUNK: usize = 1024;
 
 /// Where the session is.
 #[derive(PartialEq, Eq)]
