@@ -39,6 +39,9 @@ module Tsubame
     # cost N seconds.
     THREAD_GRACE = 1.0
 
+    # RFC 9110 field names (tokens), for the heads Ruby writes itself.
+    HEADER_NAME = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/
+
     attr_reader :app, :options, :upgrades
 
     # listeners: sockets bound elsewhere (a cluster worker's, inherited from
@@ -252,6 +255,11 @@ module Tsubame
       if (upgrade = request.upgrade_kind)
         env["rack.upgrade?"] = upgrade
       end
+      # Rack 3.1's upgrade hint: the protocols the client's Upgrade header
+      # offers, where the connection can be handed over (not TLS, not h2).
+      if (offered = env["HTTP_UPGRADE"]) && env["rack.hijack"]
+        env["rack.protocol"] = offered.split(",").map(&:strip).reject(&:empty?)
+      end
       @x_sendfile&.prepare(env)
       env
     end
@@ -267,6 +275,7 @@ module Tsubame
         return @upgrades.take(request, env, env["rack.upgrade"]) if env["rack.upgrade?"] && env["rack.upgrade"]
 
         status, headers, body = @x_sendfile.apply(status, headers, body) if @x_sendfile
+        return switch_protocols(request, env, headers, body) if headers["rack.protocol"] && env["rack.protocol"]
 
         result = request.respond(status, headers, body)
         stream(result, headers, body) unless result == true
@@ -281,6 +290,37 @@ module Tsubame
         # After a full hijack the app may still be reading the body on
         # its own thread; otherwise the request is over.
         input.release unless request.hijacked?
+      end
+    end
+
+    # A `rack.protocol` response header (Rack 3.1): the server switches the
+    # connection to that protocol (101 with `upgrade`) and the body's
+    # `call` gets the raw socket, both ways. A protocol the client did not
+    # offer is the app's error.
+    def switch_protocols(request, env, headers, body)
+      protocol = headers["rack.protocol"]
+      unless env["rack.protocol"].include?(protocol)
+        raise ArgumentError, "rack.protocol #{protocol.inspect} is not one the client offered #{env["rack.protocol"].inspect}"
+      end
+
+      io = request.call
+      head = +"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: #{protocol}\r\n"
+      headers.each do |name, value|
+        next if name.start_with?("rack.") || %w[connection upgrade content-length].include?(name.downcase)
+        raise ArgumentError, "invalid response header name #{name.inspect}" unless name.match?(HEADER_NAME)
+
+        Array(value.is_a?(String) ? value.split("\n") : value).each do |line|
+          raise ArgumentError, "invalid response header value for #{name}" if line.to_s.match?(/[\r\0]/)
+
+          head << "#{name}: #{line}\r\n"
+        end
+      end
+      io.write(head << "\r\n")
+      if body.respond_to?(:call) && !body.respond_to?(:each)
+        body.call(io)
+      else
+        body.each { |chunk| io.write(chunk) }
+        io.close
       end
     end
 
