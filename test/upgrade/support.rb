@@ -4,6 +4,7 @@ require "socket"
 require "digest/sha1"
 require "base64"
 require "json"
+require "openssl"
 
 module Tsubame
   # A WebSocket client written for the tests, byte by byte, so a test can
@@ -60,8 +61,14 @@ module Tsubame
     class Client
       attr_reader :response_head
 
-      def initialize(port, path: "/ws", headers: {})
+      # tls: an OpenSSL::SSL::SSLContext for wss://.
+      def initialize(port, path: "/ws", headers: {}, tls: nil)
         @sock = TCPSocket.new("127.0.0.1", port)
+        if tls
+          @sock = OpenSSL::SSL::SSLSocket.new(@sock, tls)
+          @sock.sync_close = true
+          @sock.connect
+        end
         @buf = +"".b
         key = Base64.strict_encode64(Random.bytes(16))
         @expected_accept = Base64.strict_encode64(Digest::SHA1.digest(key + GUID))
@@ -149,7 +156,7 @@ module Tsubame
       end
 
       def eof?(timeout = 3)
-        return false unless @sock.wait_readable(timeout)
+        return false unless readable?(timeout)
 
         @sock.read_nonblock(65_536, exception: false).nil?
       rescue Errno::ECONNRESET
@@ -176,8 +183,13 @@ module Tsubame
         @buf.slice!(0, count)
       end
 
+      # TLS may hold decrypted bytes the socket no longer shows.
+      def readable?(timeout)
+        (@sock.respond_to?(:pending) && @sock.pending.positive?) || @sock.to_io.wait_readable(timeout)
+      end
+
       def fill(timeout)
-        raise "no data from the server within #{timeout}s" unless @sock.wait_readable(timeout)
+        raise "no data from the server within #{timeout}s" unless readable?(timeout)
 
         chunk = @sock.read_nonblock(65_536, exception: false)
         return false if chunk.nil?

@@ -24,7 +24,16 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
     let mut out = BytesMut::new();
     let mut scratch = [0u8; 512];
     let mut last_sent = Instant::now();
+    let mut drained_due = false;
     loop {
+        if drained_due && !waiting && !shutting_down {
+            drained_due = false;
+            if s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire) {
+                s.event(EventKind::Drained, None);
+                waiting = true;
+                continue;
+            }
+        }
         if shutdown_asked && !waiting && !shutting_down {
             s.event(EventKind::Shutdown, None);
             waiting = true;
@@ -58,12 +67,7 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
                 if closed {
                     break;
                 }
-                if sent > 0 && left == 0 && !waiting
-                    && s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire)
-                {
-                    s.event(EventKind::Drained, None);
-                    waiting = true;
-                }
+                drained_due |= sent > 0 && left == 0;
             }
             _ = s.out.done.notified(), if waiting => waiting = false,
             read = io.read(&mut scratch) => {

@@ -42,6 +42,8 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
     let mut taken = Vec::new();
     let mut phase = Phase::Open;
     let mut shutdown_asked = false;
+    // Everything written went out; on_drained is due once Ruby is free.
+    let mut drained_due = false;
     let mut last_heard = Instant::now();
     let mut ping_out = false;
     let mut rate = Rate::new(s.settings.max_rate);
@@ -97,6 +99,16 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
             }
             frames.clear();
         }
+        if drained_due && !waiting && phase == Phase::Open {
+            // After the handler's current event: on_drained never overlaps
+            // the callback that wrote.
+            drained_due = false;
+            if s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire) {
+                s.event(EventKind::Drained, None);
+                waiting = true;
+                continue;
+            }
+        }
         if shutdown_asked && !waiting && phase == Phase::Open {
             s.event(EventKind::Shutdown, None);
             waiting = true;
@@ -142,12 +154,7 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
                 }
                 frames.clear();
                 let left = s.out.sent(sent);
-                if sent > 0 && left == 0 && !waiting && phase == Phase::Open
-                    && s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire)
-                {
-                    s.event(EventKind::Drained, None);
-                    waiting = true;
-                }
+                drained_due |= sent > 0 && left == 0;
             }
             _ = s.out.done.notified(), if waiting => waiting = false,
             read = io.read_buf(&mut buf), if read_allowed => {
