@@ -8,6 +8,7 @@
 # make fleet   three instances behind HAProxy through restarts (benchmark)
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
 # make bench-files  files (to_path, --public) beside nginx and Puma
+# make bench-websocket  rack.upgrade WebSockets beside faye on Puma, Iodine
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -34,7 +35,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files fleet gem h2spec h2spec-install
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -121,6 +122,15 @@ bench-files: deps build
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null; \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nginx </dev/null; }
 	benchmarks/files.sh
+
+# rack.upgrade WebSockets beside faye-websocket on Puma and, with
+# PEERS_DIR, Iodine: idle memory and threads, broadcast, echo.
+bench-websocket: deps build
+	@dpkg -s ruby-faye-websocket 2>/dev/null | grep -q '^Status: install ok installed' || { \
+	  sudo=""; if [ "$$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null; \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ruby-faye-websocket </dev/null; }
+	ruby benchmarks/websocket.rb
 
 # Tsubame beside Puma, the ceiling server and locally built peers
 # (PEERS_DIR, see docs/BENCHMARKS.md); SHAPE=hello|100k|upload|rails.
