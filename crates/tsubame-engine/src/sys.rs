@@ -125,6 +125,61 @@ pub(crate) fn sendfile(out: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u
     Ok(n as usize)
 }
 
+/// openat2(2) of `path` under the directory `dir` with RESOLVE_BENEATH
+/// and RESOLVE_NO_MAGICLINKS: the kernel refuses (EXDEV, ELOOP) any
+/// resolution that would leave `dir`, through `..`, an absolute path or a
+/// symlink, so the public folder needs no realpath walk of its own. Opens
+/// read-only, non-blocking (a FIFO never waits for a writer) and
+/// close-on-exec. ENOSYS on kernels before 5.6 (the caller falls back).
+pub(crate) fn open_beneath(dir: BorrowedFd<'_>, path: &std::path::Path) -> io::Result<std::fs::File> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // Zeroed, then filled: the kernel refuses unknown non-zero fields.
+    // SAFETY: open_how is three u64 fields; all zeroes is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: `path` is a NUL-terminated string and `how` a valid open_how
+    // of the size passed, both alive for the call; the descriptor returned
+    // is new and owned by nobody else, so `File` may take it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: see above: `fd` is a fresh descriptor only this call owns.
+    Ok(unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
+}
+
+/// Whether `path` names anything under `dir` (fstatat without following a
+/// final symlink): a cheap hint, with the walk starting at `dir` instead
+/// of `/`.
+pub(crate) fn exists_under(dir: BorrowedFd<'_>, path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `path` is NUL-terminated and `stat` points to writable
+    // memory of the right type, both alive for the call; the result is
+    // only read when the call succeeded.
+    unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        ) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

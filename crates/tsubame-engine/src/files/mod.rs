@@ -24,8 +24,9 @@ use std::path::{Path, PathBuf};
 /// The public folder as configured, ready to answer.
 #[derive(Debug)]
 pub struct Public {
-    /// Canonical, so a resolved name can be checked to be inside it.
-    root: PathBuf,
+    /// Canonical, so a resolved name can be checked to be inside it; with
+    /// a descriptor to open names beneath it.
+    root: locate::Root,
     index: bool,
     /// File names (the last segment) that get `Cache-Control: public,
     /// max-age=31536000, immutable`.
@@ -62,7 +63,11 @@ impl Public {
             .map(Regex::new)
             .transpose()
             .map_err(|e| PublicError::Pattern(e.to_string()))?;
-        Ok(Public { root, index, immutable })
+        Ok(Public {
+            root: locate::Root::new(root),
+            index,
+            immutable,
+        })
     }
 
     /// The reply for `head` if the public folder answers it; None sends the
@@ -122,15 +127,16 @@ impl Public {
         request.serve(chosen)
     }
 
-    /// Which precompressed siblings of `relative` seem to exist (one lstat
-    /// each; the chosen one is then resolved and checked in full).
+    /// Which precompressed siblings of `relative` seem to exist (one
+    /// fstatat each, from the root; the chosen one is then resolved and
+    /// checked in full).
     fn siblings(&self, relative: &Path) -> Vec<encoding::Coding> {
         encoding::CODINGS
             .into_iter()
             .filter(|coding| {
                 let mut name = relative.as_os_str().to_os_string();
                 name.push(coding.suffix());
-                std::fs::symlink_metadata(self.root.join(name)).is_ok()
+                self.root.has(Path::new(&name))
             })
             .collect()
     }
