@@ -94,7 +94,7 @@ test: deps build h2spec-install
 	if [ -f $(RACK3_LIB)/rack.rb ]; then \
 	  TSUBAME_TEST_RACK_LIB=$(RACK3_LIB) $(RUBY_TESTS) >$(TEST_LOGS)/ruby-rack3.log 2>&1 & rack3=$$!; \
 	else \
-	  echo "$(RACK3_MISSING)" >$(TEST_LOGS)/ruby-rack3.log; rack3=; \
+	  echo "test: $(RACK3_MISSING)" | tee $(TEST_LOGS)/ruby-rack3.log >&2; rack3=; \
 	fi; \
 	wait $$rack2 || status=1; \
 	if [ -n "$$rack3" ]; then wait $$rack3 || status=1; else status=1; fi; \
