@@ -1,5 +1,7 @@
 # make run   build and serve examples/demo on http://127.0.0.1:9292
-# make test  build, then run the Rust and Ruby test suites
+# make test  build, then run the Rust and Ruby test suites (the Ruby suite
+#            twice at once: Debian's Rack 2 and the vendored Rack 3)
+# make test-rack3  the Ruby suite alone, under the vendored Rack 3
 # make chaos  fault tests: workers killed and frozen, app errors, clients
 #             vanishing, a full upload disk, descriptors running out
 # make soak   a million mixed requests in cluster mode; RSS, fds, threads
@@ -28,6 +30,13 @@ BENCH_BIN := lib/tsubame/tsubame-bench
 
 RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
+# Rack 3.2.7, vendored unmodified beside the project (tests only: the gem
+# itself uses whatever Rack the user installs). TSUBAME_TEST_RACK_LIB puts
+# it first for the tests and every server they start (test/test_helper.rb).
+RACK3_LIB := ../shared/vendor/rack-3.2.7/lib
+RACK3_MISSING := the vendored Rack 3 is missing: $(RACK3_LIB)/rack.rb not found (see ../shared/vendor/README.md)
+TEST_LOGS := $(TARGET_DIR)/test-logs
+
 CHAOS_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/chaos/*_chaos.rb"].sort.each { |f| require File.expand_path(f) }'
 
 # Seconds each fuzz target runs in `make fuzz` (FUZZ_SECONDS=600 make fuzz).
@@ -35,7 +44,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -72,13 +81,31 @@ build: deps
 run: deps build
 	exe/tsubame -b tcp://127.0.0.1:9292 examples/demo/config.ru
 
-# Both suites run even if the first fails, so one run reports everything;
-# the exit status is still non-zero if either failed.
+# Every suite runs even if another fails, so one run reports everything;
+# the exit status is still non-zero if any failed. The Ruby suite runs
+# under Rack 2 and Rack 3 at the same time (each mostly waits on its
+# servers, and one after the other would take about 13 minutes): each
+# writes its own log, printed whole once both are done.
 test: deps build h2spec-install
 	@status=0; \
 	cargo test -p tsubame-engine -p tsubame-bench --release --features tsubame-engine/fuzzing || status=1; \
-	$(RUBY_TESTS) || status=1; \
+	mkdir -p $(TEST_LOGS); \
+	echo "Ruby suite under Rack 2 and Rack 3 at once: $(TEST_LOGS)/ruby-rack2.log, $(TEST_LOGS)/ruby-rack3.log"; \
+	$(RUBY_TESTS) >$(TEST_LOGS)/ruby-rack2.log 2>&1 & rack2=$$!; \
+	if [ -f $(RACK3_LIB)/rack.rb ]; then \
+	  TSUBAME_TEST_RACK_LIB=$(RACK3_LIB) $(RUBY_TESTS) >$(TEST_LOGS)/ruby-rack3.log 2>&1 & rack3=$$!; \
+	else \
+	  echo "test: $(RACK3_MISSING)" | tee $(TEST_LOGS)/ruby-rack3.log >&2; rack3=; \
+	fi; \
+	wait $$rack2 || status=1; \
+	if [ -n "$$rack3" ]; then wait $$rack3 || status=1; else status=1; fi; \
+	echo "=== Ruby suite, Debian's Rack 2 ==="; cat $(TEST_LOGS)/ruby-rack2.log; \
+	echo "=== Ruby suite, Rack 3 ($(RACK3_LIB)) ==="; cat $(TEST_LOGS)/ruby-rack3.log; \
 	exit $$status
+
+test-rack3: deps build h2spec-install
+	@[ -f $(RACK3_LIB)/rack.rb ] || { echo "test-rack3: $(RACK3_MISSING)" >&2; exit 1; }
+	TSUBAME_TEST_RACK_LIB=$(RACK3_LIB) $(RUBY_TESTS)
 
 # Not part of `make test`: these kill processes, mount a tmpfs (as root;
 # skipped otherwise) and take a few minutes.

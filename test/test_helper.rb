@@ -1,6 +1,26 @@
 # frozen_string_literal: true
 
+# TSUBAME_TEST_RACK_LIB=DIR runs the suite on the Rack whose lib/ is DIR
+# (make test-rack3: ../shared/vendor/rack-3.2.7/lib) instead of the
+# installed one. DIR goes first on this process's load path, and into
+# RUBYLIB, which every process the tests start inherits: servers, cluster
+# workers, hot-restart re-execs, `tsubame ctl`, tune's servers and any
+# `ruby -e` helper. test/rack/rack_version_test.rb checks that the server
+# really runs on the same Rack as the tests.
+if (rack_lib = ENV.fetch("TSUBAME_TEST_RACK_LIB", "")) != ""
+  rack_lib = File.expand_path(rack_lib)
+  abort "TSUBAME_TEST_RACK_LIB: #{rack_lib}/rack.rb does not exist" unless File.file?(File.join(rack_lib, "rack.rb"))
+  abort "TSUBAME_TEST_RACK_LIB: rack was loaded before test_helper" if defined?(::Rack::RELEASE)
+
+  $LOAD_PATH.unshift(rack_lib)
+  ENV["RUBYLIB"] = [rack_lib, *ENV.fetch("RUBYLIB", "").split(File::PATH_SEPARATOR).reject(&:empty?)].uniq.join(File::PATH_SEPARATOR)
+  require "rack"
+  abort "TSUBAME_TEST_RACK_LIB: rack came from #{Rack.method(:release).source_location.first}" unless
+    Rack.method(:release).source_location.first.start_with?("#{rack_lib}/")
+end
+
 require "minitest/autorun"
+require "rack"
 require "fileutils"
 require "open3"
 require "rbconfig"
@@ -11,6 +31,12 @@ module Tsubame
   # Helpers shared by the test files; each test file includes this module.
   module TestHelpers
     ROOT = File.expand_path("..", __dir__)
+    RACK2 = Rack.release.start_with?("2.")
+    # Rack 3's Lint forwards to_ary and to_path to the app's body; Rack 2's
+    # wraps the body in itself and hides both, so an Array body goes out
+    # chunked and a file through each. A test that checks what the server
+    # does with those passes `lint: LINT_FORWARDS_BODY` (Lint under Rack 3).
+    LINT_FORWARDS_BODY = !RACK2
     EXE = File.join(ROOT, "exe", "tsubame")
 
     # Runs exe/tsubame under `ruby -w` so warnings show up on stderr.
@@ -22,6 +48,15 @@ module Tsubame
     # Yields a fresh directory that is removed afterwards.
     def in_tmpdir(&block)
       Dir.mktmpdir("tsubame-test", &block)
+    end
+
+    # The rackup with Rack::Lint around the whole app, so every request and
+    # response of a test checks the env the server builds against the SPEC
+    # of the Rack in use. Inserted after leading comment lines, so magic
+    # comments (and Rack 2's "#\\ options" line) stay first.
+    def self.linted(rackup)
+      head = rackup[/\A(?:#.*\n)*/]
+      "#{head}use Rack::Lint\n#{rackup[head.size..]}"
     end
 
     # Writes content to dir/relative_path, creating directories; returns the path.
@@ -44,7 +79,9 @@ module Tsubame
   class TestServer
     attr_reader :pid, :port, :addresses, :unix_path
 
-    def initialize(rackup, args: [], env: {}, unix: false)
+    # lint: false leaves Rack::Lint out, for an app that breaks the SPEC on
+    # purpose (each caller says why).
+    def initialize(rackup, args: [], env: {}, unix: false, lint: true)
       @dir = Dir.mktmpdir("tsubame-srv")
       @log_path = File.join(@dir, "server.log")
       @err_path = File.join(@dir, "server.err")
@@ -52,7 +89,7 @@ module Tsubame
       binds = ["-b", "tcp://127.0.0.1:0"]
       binds += ["-b", "unix://#{@unix_path}"] if unix
       ru = File.join(@dir, "config.ru")
-      File.write(ru, rackup)
+      File.write(ru, lint ? TestHelpers.linted(rackup) : rackup)
       @pid = Process.spawn(env, RbConfig.ruby, "-w", TestHelpers::EXE, *binds, *args, ru,
                            out: @log_path, err: @err_path, in: File::NULL)
       wait_for_banner

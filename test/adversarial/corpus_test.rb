@@ -13,26 +13,26 @@ class AdversarialCorpusTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::HttpSupport
 
-  # The one server every case runs against.
+  # The one server every case runs against (under Rack::Lint), and one
+  # without Lint for what Rack 2's SPEC has no room for; both append to
+  # the same log.
   module Shared
-    def self.server
-      @server ||= begin
-        @dir = Dir.mktmpdir("tsubame-adv")
-        @log = File.join(@dir, "app.log")
-        File.write(@log, "")
+    def self.server(lint: true)
+      @servers ||= {}
+      @servers[lint] ||= begin
         server = Tsubame::TestServer.new(File.read(File.join(__dir__, "recording_app.ru")),
-                                         args: ["-t", "2:2"], env: { "ADV_LOG" => @log })
-        Minitest.after_run do
-          server.kill
-          FileUtils.rm_rf(@dir)
-        end
+                                         args: ["-t", "2:2"], env: { "ADV_LOG" => log }, lint: lint)
+        Minitest.after_run { server.kill }
         server
       end
     end
 
     def self.log
-      server
-      @log
+      @log ||= begin
+        dir = Dir.mktmpdir("tsubame-adv")
+        Minitest.after_run { FileUtils.rm_rf(dir) }
+        File.join(dir, "app.log").tap { |path| File.write(path, "") }
+      end
     end
   end
 
@@ -51,7 +51,9 @@ class AdversarialCorpusTest < Minitest::Test
   READ_TIMEOUT = 3
 
   def run_case(c)
-    server = Shared.server
+    # OPTIONS * reaches the app with PATH_INFO "*": Rack 3's SPEC allows
+    # that asterisk-form, Rack 2's says PATH_INFO starts with "/".
+    server = Shared.server(lint: !(RACK2 && c.bytes.start_with?("OPTIONS * ")))
     offset = File.size(Shared.log)
     label = "#{c.category}/#{c.name} (#{c.why})"
     client = conn(server, timeout: READ_TIMEOUT)

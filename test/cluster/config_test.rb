@@ -43,7 +43,7 @@ class ClusterConfigTest < Minitest::Test
 
   def app_dir(dir)
     write_file(dir, "config/puma.rb", PUMA_RB)
-    write_file(dir, "config.ru", PID_APP)
+    write_file(dir, "config.ru", Tsubame::TestHelpers.linted(PID_APP))
     FileUtils.mkdir_p(File.join(dir, "tmp/pids"))
   end
 

@@ -73,7 +73,7 @@ class ClusterSignalsTest < Minitest::Test
   def test_usr1_replaces_workers_one_at_a_time_with_new_code
     with_cluster(versioned_app("v1"), workers: 2, env: marked) do |s|
       old = s.booted_workers.values
-      File.write(s.rackup_path, versioned_app("v2"))
+      File.write(s.rackup_path, Tsubame::TestHelpers.linted(versioned_app("v2")))
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
       slow = slow_request(s, 1.5, @mark)
@@ -108,7 +108,7 @@ class ClusterSignalsTest < Minitest::Test
   def test_usr2_reexecs_the_master_keeping_the_listener
     with_cluster(versioned_app("v1"), workers: 2, env: marked) do |s|
       old = s.booted_workers.values
-      File.write(s.rackup_path, versioned_app("v2"))
+      File.write(s.rackup_path, Tsubame::TestHelpers.linted(versioned_app("v2")))
       load = Tsubame::LoadLoop.new(s.port)
       sleep 0.3
       slow = slow_request(s, 1.5, @mark)

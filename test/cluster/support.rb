@@ -12,7 +12,7 @@ module Tsubame
 
     attr_reader :control_dir, :control_path
 
-    def initialize(rackup, workers: 2, config: nil, args: [], env: {}, unix: false)
+    def initialize(rackup, workers: 2, config: nil, args: [], env: {}, unix: false, lint: true)
       @control_dir = Dir.mktmpdir("tsubame-ctl")
       @control_path = File.join(@control_dir, "ctl.sock")
       extra = ["-w", workers.to_s, "--control-url", "unix://#{@control_path}", "--control-token", TOKEN]
@@ -20,7 +20,7 @@ module Tsubame
         File.write(File.join(@control_dir, "cluster.rb"), config)
         extra += ["-C", File.join(@control_dir, "cluster.rb")]
       end
-      super(rackup, args: extra + args, env: env, unix: unix)
+      super(rackup, args: extra + args, env: env, unix: unix, lint: lint)
       wait_for_workers(workers) if workers.positive?
     end
 

@@ -130,7 +130,7 @@ class FleetTest < Minitest::Test
     @haproxy = find_haproxy
     assert File.executable?(Fleet::BENCH), "#{Fleet::BENCH} is missing: `make build` builds it"
     @dir = Dir.mktmpdir("tsubame-fleet")
-    write_file(@dir, "config.ru", APP)
+    write_file(@dir, "config.ru", Tsubame::TestHelpers.linted(APP))
     @instances = []
     @pids = []
   end

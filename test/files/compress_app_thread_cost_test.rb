@@ -55,7 +55,8 @@ class CompressAppThreadCostTest < Minitest::Test
   end
 
   def test_gzip_costs_the_app_thread_nothing_measurable
-    with_server(APP, args: ["-t", "1:1", "--compress"]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["-t", "1:1", "--compress"], lint: LINT_FORWARDS_BODY) do |server|
       client = conn(server)
       plain = fetch(client, false)
       json = plain.body

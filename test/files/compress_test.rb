@@ -51,7 +51,8 @@ class CompressTest < Minitest::Test
   end
 
   def test_gzip_and_brotli_by_accept_encoding
-    with_server(APP, args: ["--compress"]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress"], lint: LINT_FORWARDS_BODY) do |server|
       client = conn(server)
       gz = get(client, "/html", "Accept-Encoding" => "gzip, deflate")
       assert_equal ["gzip", gz.body.bytesize.to_s, "Cookie, accept-encoding", 'W/"v1"'],
@@ -85,7 +86,8 @@ class CompressTest < Minitest::Test
   end
 
   def test_responses_that_are_left_alone
-    with_server(APP, args: ["--compress"]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress"], lint: LINT_FORWARDS_BODY) do |server|
       client = conn(server)
       { "/png" => "an incompressible type", "/small" => "under compress_min_size",
         "/encoded" => "already encoded by the app", "/no-transform" => "no-transform",
@@ -109,7 +111,8 @@ class CompressTest < Minitest::Test
   end
 
   def test_streamed_bodies_are_compressed_as_they_stream
-    with_server(APP, args: ["--compress"]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress"], lint: LINT_FORWARDS_BODY) do |server|
       client = conn(server)
       gz = get(client, "/stream", "Accept-Encoding" => "gzip")
       assert_equal %w[gzip chunked accept-encoding], [gz["content-encoding"], gz["transfer-encoding"], gz["vary"]]
@@ -134,7 +137,8 @@ class CompressTest < Minitest::Test
   def test_a_streamed_event_is_readable_before_the_next_is_written
     Dir.mktmpdir do |dir|
       go = File.join(dir, "go")
-      with_server(APP, args: ["--compress"]) do |server|
+      # Rack 2's Lint hides the Array body, whose known length decides compression.
+      with_server(APP, args: ["--compress"], lint: LINT_FORWARDS_BODY) do |server|
         client = conn(server, timeout: 5)
         client.write(get_request("/events?#{go}", "Accept-Encoding" => "gzip"))
         head = client.read_until("\r\n\r\n")
@@ -172,7 +176,8 @@ class CompressTest < Minitest::Test
       assert_nil response["content-encoding"]
       assert_equal HTML.bytesize, response.body.bytesize
     end
-    with_server(APP, args: ["--compress", "--compress-min-size", "5", "--compress-types", "image/png, text/x-none"]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress", "--compress-min-size", "5", "--compress-types", "image/png, text/x-none"], lint: LINT_FORWARDS_BODY) do |server|
       client = conn(server)
       assert_equal "gzip", get(client, "/png", "Accept-Encoding" => "gzip")["content-encoding"]
       assert_nil get(client, "/html", "Accept-Encoding" => "gzip")["content-encoding"], "text/ is no longer listed"
@@ -182,7 +187,8 @@ class CompressTest < Minitest::Test
   end
 
   def test_http2_responses_are_compressed_too
-    with_server(APP, args: ["--compress", "-b", ssl_bind]) do |server|
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress", "-b", ssl_bind], lint: LINT_FORWARDS_BODY) do |server|
       out, err, status = curl("--http2", "--cacert", certs.path("ca.pem"), "-i", "-H", "accept-encoding: gzip",
                               "https://localhost:#{ssl_port(server)}/html")
       assert status.success?, err

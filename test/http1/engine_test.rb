@@ -103,7 +103,8 @@ class HttpEngineTest < Minitest::Test
   end
 
   def test_array_body_is_sent_with_its_real_length
-    probe do |s|
+    # A content-length that does not match the body, on purpose.
+    probe(lint: false) do |s|
       client = conn(s)
       client.write(get_request("/wrong-length") + get_request("/after"))
       response = client.read_response
@@ -252,7 +253,8 @@ class HttpEngineTest < Minitest::Test
   end
 
   def test_head_keeps_content_length_and_sends_no_body
-    probe do |s|
+    # Rack 2's Lint hides the Array body whose length HEAD keeps.
+    probe(lint: LINT_FORWARDS_BODY) do |s|
       client = conn(s)
       # The GET right behind each HEAD would be misread if any body bytes
       # followed a HEAD response.
@@ -277,7 +279,8 @@ class HttpEngineTest < Minitest::Test
   end
 
   def test_204_and_304_have_no_body
-    probe do |s|
+    # A body and a content-type on 204 and 304, on purpose.
+    probe(lint: false) do |s|
       client = conn(s)
       client.write(get_request("/204") + get_request("/304") + get_request("/after"))
       no_content = client.read_response
@@ -326,7 +329,8 @@ class HttpEngineTest < Minitest::Test
     %w[/burst /burst-call].each do |path|
       in_tmpdir do |dir|
         gate = File.join(dir, "gate")
-        probe do |s|
+        # Rack 2's SPEC has no streaming (call) body.
+        probe(lint: !(RACK2 && path == "/burst-call")) do |s|
           client = conn(s, timeout: 5)
           client.write(get_request("#{path}?#{gate}"))
           head = client.read_until("\r\n\r\n")

@@ -22,7 +22,8 @@ class HttpTransferTest < Minitest::Test
     pieces = upload_data
     size = pieces.sum(&:bytesize)
     expected = Digest::SHA256.new.tap { |d| pieces.each { |p| d << p } }.hexdigest
-    probe do |s|
+    # /sha rewinds the server's rack.input; Rack 3's Lint input has no rewind (optional since 3.1).
+    probe(lint: RACK2) do |s|
       client = conn(s, timeout: 30)
       client.write("POST /sha HTTP/1.1\r\nHost: a\r\nContent-Length: #{size}\r\n\r\n")
       pieces.each { |piece| client.write(piece) }
@@ -41,7 +42,8 @@ class HttpTransferTest < Minitest::Test
     pieces = upload_data
     size = pieces.sum(&:bytesize)
     expected = Digest::SHA256.new.tap { |d| pieces.each { |p| d << p } }.hexdigest
-    probe do |s|
+    # /sha rewinds the server's rack.input; Rack 3's Lint input has no rewind (optional since 3.1).
+    probe(lint: RACK2) do |s|
       client = conn(s, timeout: 30)
       client.write("POST /sha HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n")
       pieces.each_with_index do |piece, i|
@@ -79,7 +81,8 @@ class HttpTransferTest < Minitest::Test
   end
 
   def test_large_array_body_download
-    probe do |s|
+    # Rack 2's Lint hides the Array body, whose length is checked.
+    probe(lint: LINT_FORWARDS_BODY) do |s|
       client = conn(s, timeout: 30)
       response, size, digest = download(client, "/big-array")
       assert_equal "HTTP/1.1 200 OK", response.status_line

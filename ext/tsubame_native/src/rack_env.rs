@@ -8,6 +8,7 @@ use magnus::value::{Opaque, ReprValue};
 use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use tsubame_engine::message::head::RequestHead;
 use tsubame_engine::message::head::{Framing, Version};
@@ -47,6 +48,14 @@ pub struct Keys {
 }
 
 static KEYS: OnceLock<Keys> = OnceLock::new();
+
+/// Whether the app runs on Rack 3 or later (`Tsubame::Native.rack3 = `,
+/// set by the server before it serves): the meaning of `rack.hijack?`.
+static RACK3: AtomicBool = AtomicBool::new(false);
+
+pub fn set_rack3(on: bool) {
+    RACK3.store(on, Ordering::Relaxed);
+}
 
 fn permanent(ruby: &Ruby, bytes: &[u8]) -> Opaque<RString> {
     let s = ruby.str_from_slice(bytes).to_interned_str();
@@ -312,8 +321,13 @@ pub fn build(
     // Full hijack hands over the raw socket: meaningless under TLS (the
     // bytes are encrypted) and under HTTP/2 (the socket carries other
     // streams), so it is not offered there. Rack allows it to be absent.
+    // Partial hijack (the `rack.hijack` response header) works everywhere:
+    // Rack 3's `rack.hijack?` announces just that, so it stays true; Rack
+    // 2's also promises full hijack, so there it is false.
     if listener.url_scheme == "https" || head.version == Version::Http2 {
-        set(k.rack_hijack_p, ruby.qfalse().as_value());
+        if !RACK3.load(Ordering::Relaxed) {
+            set(k.rack_hijack_p, ruby.qfalse().as_value());
+        }
     } else {
         set(k.rack_hijack, request);
     }

@@ -319,7 +319,6 @@ impl Request {
     }
 }
 
-/// Rack 3 requires an Integer status; Rack 2's SPEC only asks that its
 /// The body's parts when they are all known now: an Array, or a body that
 /// gives one from `to_ary` (Rack's SPEC: its contents are what `each` would
 /// yield). Middleware that buffers, such as `Rack::ETag` wrapping the parts
@@ -336,6 +335,7 @@ fn whole_parts(body: Value) -> Result<Option<RArray>, Error> {
     Ok(RArray::from_value(parts))
 }
 
+/// Rack 3 requires an Integer status; Rack 2's SPEC only asks that its
 /// `to_i` be at least 100, so a String such as "200" is taken as well.
 fn status_code(ruby: &Ruby, status: Value) -> Result<i64, Error> {
     let not_integer = || {

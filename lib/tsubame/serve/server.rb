@@ -73,6 +73,7 @@ module Tsubame
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
         @fiber_mode = native[:fiber_scheduler]
+        Native.rack3 = RACK3
         Native::Server.new(native)
       end
       self
