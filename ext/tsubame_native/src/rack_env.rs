@@ -309,10 +309,11 @@ pub fn build(
     }
 
     set(k.rack_input, input);
-    // Full hijack hands over the raw socket: meaningless under TLS (the
-    // bytes are encrypted) and under HTTP/2 (the socket carries other
-    // streams), so it is not offered there. Rack allows it to be absent.
-    if listener.url_scheme == "https" || head.version == Version::Http2 {
+    // Full hijack hands over the socket: under HTTP/2 it carries other
+    // streams, so it is not offered there (Rack allows it to be absent).
+    // Under TLS HTTP/1.1 the app gets a UNIX socket the engine bridges to
+    // the TLS stream (`net/tls_hijack.rs`).
+    if head.version == Version::Http2 {
         set(k.rack_hijack_p, ruby.qfalse().as_value());
     } else {
         set(k.rack_hijack, request);
