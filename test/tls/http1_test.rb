@@ -16,8 +16,8 @@ class TlsHttp1Test < Minitest::Test
         report = JSON.parse(http.get("/a/b?x=1").body)
         assert_equal %w[https on HTTP/1.1], report.values_at("scheme", "https", "protocol")
         assert_equal [port.to_s, "/a/b", "x=1"], report.values_at("server_port", "path", "query")
-        # Rack 3's rack.hijack? announces partial hijack only (it works here).
-        assert_equal [!RACK2, false], report.values_at("hijack", "hijack_callable")
+        # Full hijack is bridged over TLS HTTP/1.1, so both are on.
+        assert_equal [true, true], report.values_at("hijack", "hijack_callable")
         # Same connection, a body this time.
         body = Random.new(7).bytes(300_000)
         report = JSON.parse(http.post("/up", body, "content-type" => "application/octet-stream").body)
@@ -124,19 +124,57 @@ class TlsHttp1Test < Minitest::Test
     end
   end
 
-  def test_partial_hijack_works_over_tls_and_full_hijack_is_not_offered
+  def test_partial_hijack_works_over_tls
     app = <<~RUBY
       run lambda { |env|
-        raise "full hijack offered over TLS" if env["rack.hijack"]
-        raise "partial hijack not announced (Rack 3)" unless env["rack.hijack?"] || Rack.release.start_with?("2.")
+        raise "partial hijack not announced" unless env["rack.hijack?"]
 
         [200, { "rack.hijack" => ->(io) { io.write("raw over tls"); io.close } }, []]
       }
     RUBY
-    # Rack 2's SPEC ties partial hijack to rack.hijack?, false here.
-    with_server(app, args: ["-b", ssl_bind], lint: !RACK2) do |server|
+    with_server(app, args: ["-b", ssl_bind]) do |server|
       response = https(ssl_port(server)).start { |http| http.get("/") }
       assert_equal ["200", "raw over tls"], [response.code, response.body]
+    end
+  end
+
+  # Full hijack over TLS HTTP/1.1: the app gets a UNIX socket the engine
+  # bridges to the TLS stream (what ActionCable needs for wss://). What the
+  # app writes arrives encrypted, what the client sends after the head
+  # reaches the app, and the app's close ends the TLS connection.
+  def test_full_hijack_over_tls_is_bridged_both_ways
+    app = <<~'RUBY'
+      run lambda { |env|
+        io = env["rack.hijack"].call
+        io.write("HTTP/1.1 101 Switching Protocols\r\nupgrade: echo\r\nconnection: upgrade\r\n\r\n")
+        line = io.gets
+        io.write("echo #{env["rack.url_scheme"]} #{io.class}: #{line}")
+        io.close
+        [-1, {}, []]
+      }
+    RUBY
+    with_server(app, args: ["-b", ssl_bind]) do |server|
+      context = OpenSSL::SSL::SSLContext.new
+      context.set_params(ca_file: certs.path("ca.pem"), verify_mode: OpenSSL::SSL::VERIFY_PEER)
+      tcp = TCPSocket.new("127.0.0.1", ssl_port(server))
+      tls = OpenSSL::SSL::SSLSocket.new(tcp, context)
+      tls.hostname = "localhost"
+      tls.sync_close = true
+      tls.connect
+      tls.write("GET / HTTP/1.1\r\nHost: localhost\r\nConnection: upgrade\r\nUpgrade: echo\r\n\r\n")
+      head = +""
+      head << tls.readpartial(1024) until head.include?("\r\n\r\n")
+      assert_match(%r{\AHTTP/1.1 101 }, head)
+      tls.write("hello through the bridge\n")
+      rest = head.split("\r\n\r\n", 2).last
+      Timeout.timeout(10) do
+        loop { rest << tls.readpartial(1024) }
+      rescue EOFError
+        nil
+      end
+      assert_equal "echo https BasicSocket: hello through the bridge\n", rest
+    ensure
+      tls&.close
     end
   end
 end

@@ -318,13 +318,14 @@ pub fn build(
     }
 
     set(k.rack_input, input);
-    // Full hijack hands over the raw socket: meaningless under TLS (the
-    // bytes are encrypted) and under HTTP/2 (the socket carries other
-    // streams), so it is not offered there. Rack allows it to be absent.
-    // Partial hijack (the `rack.hijack` response header) works everywhere:
-    // Rack 3's `rack.hijack?` announces just that, so it stays true; Rack
+    // Full hijack hands over the socket: under HTTP/2 it carries other
+    // streams, so it is not offered there (Rack allows it to be absent).
+    // Under TLS HTTP/1.1 the app gets a UNIX socket the engine bridges to
+    // the TLS stream (`net/tls_hijack.rs`). Partial hijack (the
+    // `rack.hijack` response header) works everywhere: Rack 3's
+    // `rack.hijack?` announces just that, so it stays true on HTTP/2; Rack
     // 2's also promises full hijack, so there it is false.
-    if listener.url_scheme == "https" || head.version == Version::Http2 {
+    if head.version == Version::Http2 {
         if !RACK3.load(Ordering::Relaxed) {
             set(k.rack_hijack_p, ruby.qfalse().as_value());
         }

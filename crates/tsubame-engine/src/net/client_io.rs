@@ -112,17 +112,14 @@ impl ClientIo for tokio::net::TcpStream {
     }
 }
 
-/// Full hijack hands Ruby the raw descriptor, and on a TLS connection that
-/// would carry ciphertext: refused (the env does not offer `rack.hijack`
-/// there; partial hijack, which the engine writes, still works).
+/// Full hijack hands Ruby a descriptor; on a TLS connection the raw one
+/// would carry ciphertext, so the app gets a UNIX socket whose other end
+/// the engine bridges to the TLS stream (`tls_hijack.rs`).
 impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rustls::server::TlsStream<T> {
     const BUFFERS_WRITES: bool = true;
 
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "full hijack is not available on a TLS connection",
-        ))
+        crate::net::tls_hijack::hijack(self)
     }
 }
 

@@ -8,3 +8,4 @@ pub mod client_io;
 pub(crate) mod linger;
 pub(crate) mod rewind;
 pub mod tls;
+pub(crate) mod tls_hijack;

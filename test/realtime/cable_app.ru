@@ -1,0 +1,66 @@
+# frozen_string_literal: true
+
+# A single-file Rails 6.1 app with ActionCable (Debian's ruby-actioncable)
+# for the real-time tests and docs/REALTIME.md:
+#
+#   exe/tsubame -b tcp://127.0.0.1:9292 test/realtime/cable_app.ru
+#
+# - /cable      ActionCable (async adapter, set here: no config/cable.yml),
+#               any origin; one channel, ChatChannel, streaming from "chat"
+#               (on subscribing it first transmits {"pid": <worker pid>})
+# - /ping       plain HTTP: "pong <pid>"
+# - /broadcast  ActionCable.server.broadcast("chat", ...) with ?text= and
+#               ?id=; answers "<pid> <subscribers of this process>"
+# - /pid        the pid
+#
+# No database, no ActiveRecord, nothing eager-loaded.
+
+require "rails"
+require "action_controller/railtie"
+require "action_cable/engine"
+require "logger"
+
+class CableApp < Rails::Application
+  config.root = __dir__
+  config.eager_load = false
+  config.consider_all_requests_local = false
+  config.secret_key_base = "tsubame-realtime-test-#{'0' * 48}"
+  config.logger = Logger.new(ENV["CABLE_LOG"] ? $stderr : nil)
+  config.log_level = :warn
+  config.hosts.clear if config.respond_to?(:hosts)
+  config.action_cable.mount_path = "/cable"
+  config.action_cable.cable = { "adapter" => "async" }
+  config.action_cable.disable_request_forgery_protection = true
+  config.action_cable.logger = config.logger
+  # One thread per subscriber callback batch is plenty for the tests.
+  config.action_cable.worker_pool_size = 4
+end
+
+class ChatChannel < ActionCable::Channel::Base
+  def subscribed
+    transmit({ "pid" => Process.pid })
+    stream_from "chat"
+  end
+end
+
+module ChatStats
+  # How many subscriptions this process's connections hold.
+  def self.subscribers
+    ActionCable.server.connections.sum { |connection| connection.subscriptions.identifiers.size }
+  end
+end
+
+CableApp.initialize!
+
+CableApp.routes.draw do
+  get "/ping", to: ->(_env) { [200, { "content-type" => "text/plain" }, ["pong #{Process.pid}"]] }
+  get "/pid", to: ->(_env) { [200, { "content-type" => "text/plain" }, [Process.pid.to_s]] }
+  get "/broadcast", to: lambda { |env|
+    params = Rack::Utils.parse_query(env["QUERY_STRING"])
+    ActionCable.server.broadcast("chat", { "text" => params["text"].to_s, "id" => params["id"].to_s,
+                                           "pid" => Process.pid })
+    [200, { "content-type" => "text/plain" }, ["#{Process.pid} #{ChatStats.subscribers}"]]
+  }
+end
+
+run CableApp
