@@ -51,7 +51,12 @@ class ConfigTest < Minitest::Test
       text/ application/json application/javascript application/xml application/xhtml+xml
       application/rss+xml application/atom+xml application/manifest+json application/ld+json
       application/wasm image/svg+xml
-    ]
+    ],
+    websocket_max_frame: 1_048_576,
+    websocket_max_message: 4_194_304,
+    websocket_max_rate: 1000,
+    upgrade_max_pending: 16_777_216,
+    upgrade_ping_interval: 30.0
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -305,6 +310,12 @@ class ConfigTest < Minitest::Test
       trust_forwarded_proto
       public_dir "/tmp", index: true, immutable: /\\.v\\d+\\./
       compress min_size: 256, types: ["text/html"]
+      upgrade_threads 3
+      websocket_max_frame 2048
+      websocket_max_message 4096
+      websocket_max_rate 0
+      upgrade_max_pending 100_000
+      upgrade_ping_interval 5
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -320,10 +331,13 @@ class ConfigTest < Minitest::Test
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
         trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
-        compress: true, compress_min_size: 256, compress_types: ["text/html"]
+        compress: true, compress_min_size: 256, compress_types: ["text/html"],
+        websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0,
+        upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0
       },
       options.native
     )
+    assert_equal 3, options[:upgrade_threads], "Ruby-side: the handler threads"
     assert_equal 5.0, options[:shutdown_delay], "Ruby-side: the launcher and the cluster wait it out"
   end
 

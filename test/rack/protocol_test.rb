@@ -29,7 +29,8 @@ class RackProtocolTest < Minitest::Test
   RUBY
 
   def test_the_connection_switches_and_the_body_gets_both_directions
-    with_server(APP) do |server|
+    # Rack 2's SPEC has no streaming (callable) body.
+    with_server(APP, lint: !RACK2) do |server|
       assert_equal "offered nil", server.get("/").body
       assert_equal 'offered ["line-echo", "h2c"]', server.get("/", "Upgrade" => "line-echo, h2c").body
       sock = server.socket
@@ -50,7 +51,8 @@ class RackProtocolTest < Minitest::Test
 
       response = server.get("/wrong", "Upgrade" => "line-echo")
       assert_equal "500", response.code, "a protocol the client did not offer is the app's error"
-      assert_includes server.stderr, "is not one the client offered"
+      # Rack 3's Lint finds it first; without Lint the server does.
+      assert_match(/is not one the client offered|rack\.protocol/, server.stderr)
     end
   end
 end

@@ -316,12 +316,19 @@ module Tsubame
           head << "#{name}: #{line}\r\n"
         end
       end
-      io.write(head << "\r\n")
-      if body.respond_to?(:call) && !body.respond_to?(:each)
-        body.call(io)
-      else
-        body.each { |chunk| io.write(chunk) }
-        io.close
+      begin
+        io.write(head << "\r\n")
+        if body.respond_to?(:call) && !body.respond_to?(:each)
+          body.call(io)
+        else
+          body.each { |chunk| io.write(chunk) }
+          io.close
+        end
+      rescue Exception # rubocop:disable Lint/RescueException
+        # The socket is the app's now, but a failing body cannot go on
+        # with it: the client sees the connection end, not a hang.
+        io.close unless io.closed?
+        raise
       end
     end
 
