@@ -100,12 +100,6 @@ module Tsubame
       wait_for(:stderr, /as #{listen.size + 2}\./)
     end
 
-    def write_file(name, content)
-      path = File.join(@dir, name)
-      File.write(path, content)
-      path
-    end
-
     def stdout
       File.read(@stdout_path)
     end
