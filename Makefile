@@ -21,7 +21,8 @@ export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
                 openssl nghttp2-client haproxy ruby-railties ruby-actionpack \
-                ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets
+                ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets \
+                systemd
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so

@@ -34,6 +34,11 @@ class LauncherTest < Minitest::Test
       ["tcp://127.0.0.1:41234", "unix:///tmp/tsubame-test.sock"]
     end
 
+    # None really bound: only their notes (socket activation) are read.
+    def listeners
+      Tsubame::Listeners.new([], owner: false)
+    end
+
     def start
       @calls << :start
       self.class.on_start&.call(self)

@@ -10,6 +10,7 @@ require "tsubame/restart/hot_restart"
 require "tsubame/restart/check"
 require "tsubame/restart/stand_in"
 require "tsubame/serve/listeners"
+require "tsubame/serve/socket_activation"
 require "tsubame/serve/self_signed"
 require "tsubame/support/named_thread"
 require "tsubame/support/log"
@@ -17,6 +18,7 @@ require "tsubame/support/log_redirect"
 require "tsubame/control/run_files"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
+require "tsubame/support/systemd_notify"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -53,6 +55,10 @@ module Tsubame
       # must not sit in a buffer when stdout is a pipe.
       @stdout.sync = true
       ENV["RACK_ENV"] = @options[:environment]
+      # systemd's variables go before any app code could see them or a
+      # worker inherit them (see SystemdNotify, SocketActivation).
+      @systemd = SystemdNotify.take
+      SocketActivation.take
       # Asked first, which also takes the hot restart's variable out of ENV
       # before the app loads. A cluster hot restart's pre-flight check stops
       # here, the config loaded, whatever mode that config asks for. A
@@ -67,6 +73,7 @@ module Tsubame
       print_header
       server = server_class.new(@app || load_app, @options)
       server.bind
+      server.listeners.notes.each { |note| @stdout.puts note }
       print_addresses(server.addresses)
       yield server if block_given?
       serve(server)
@@ -105,7 +112,7 @@ module Tsubame
 
     def run_cluster
       require "tsubame/cluster/master"
-      Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr).run
+      Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr, systemd: @systemd).run
     end
 
     def serve(server)
@@ -120,15 +127,19 @@ module Tsubame
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
       restarter = nil
+      ticker = nil
       begin
         server.start
         restarter = start_restarter(server)
         retire_old_workers
+        @systemd.ready(systemd_status(server))
+        ticker = @systemd.start_ticker(healthy: -> { healthy?(server) }) { systemd_status(server) }
         Hooks.run_logged(@options[:on_booted], "on_booted", Log.new(@stdout, @stderr))
         # Server#wait keeps the main thread interruptible, so the trap
         # handlers above run while it waits.
         server.wait
       ensure
+        ticker&.kill
         watcher&.kill
         stop_restarter(restarter)
         previous.each { |signal, handler| trap(signal, handler) }
@@ -139,6 +150,25 @@ module Tsubame
 
       @stdout.puts "- Goodbye!"
       0
+    end
+
+    # systemctl status shows it: what the server has and does.
+    def systemd_status(server)
+      status = server.status
+      "Serving: threads #{@options[:threads_min]}:#{@options[:threads_max]}, " \
+        "#{status["requests_in_flight"]} busy, #{status["backlog"]} queued, #{status["requests_count"]} requests"
+    rescue StandardError => e
+      "Serving (status unavailable: #{e.class})"
+    end
+
+    # Asked before each watchdog ping. The ping comes from a Ruby thread,
+    # so a process whose GVL is never let go stops pinging by itself; so
+    # does one whose app threads are all stuck (past request_timeout_grace),
+    # which would never answer again: systemd then restarts the service.
+    def healthy?(server)
+      server.status.dig("engine", "stuck_threads").to_i < @options[:threads_max]
+    rescue StandardError
+      false
     end
 
     def server_class
@@ -205,6 +235,7 @@ module Tsubame
     # on, so a load balancer takes the instance out before the drain closes
     # anything. A second TERM/INT (or ctl stop) cuts the delay short.
     def leave(server)
+      @systemd.stopping
       delay = @options[:shutdown_delay]
       return server.stop if delay.zero? || @leaving
 
@@ -226,6 +257,7 @@ module Tsubame
       if server.tls?
         Thread.new { server.reload_tls(@stdout) }
       elsif !LogRedirect.configured?(@options)
+        @systemd.stopping
         server.stop
       end
     end
@@ -256,6 +288,7 @@ module Tsubame
     def hand_over(server)
       return stopping_anyway if server.stopping?
 
+      @systemd.reloading("Hot restart: booting the new code in a stand-in process")
       @stdout.puts "* Hot restart: booting the new code in a stand-in process; this one serves until it is ready"
       # Not killed by #stop_restarter between starting the child and
       # recording it: nothing would stop it then.
@@ -263,6 +296,7 @@ module Tsubame
       if (failure = @stand_in.wait_ready(boot_timeout))
         @stand_in = nil
         @stderr.puts "tsubame: hot restart failed: #{failure}; the old code keeps serving"
+        @systemd.ready(systemd_status(server))
         return false
       end
       # TERM/INT came while the stand-in booted: the stop wins.
@@ -283,6 +317,7 @@ module Tsubame
       end
       # The restarter must outlive a failed restart to try the next one.
       @stderr.puts "tsubame: hot restart failed: #{e.class}: #{e.message}; the old code keeps serving"
+      @systemd.ready(systemd_status(server)) unless @restart
       false
     end
 
@@ -306,7 +341,7 @@ module Tsubame
     def hot_restart(server)
       @stdout.puts "* Restarting: re-executing #{HotRestart.command&.join(" ")}"
       Hooks.run_logged(@options[:on_restart], "on_restart", Log.new(@stdout, @stderr))
-      error = HotRestart.exec(server.listeners, workers: [@stand_in&.pid].compact)
+      error = HotRestart.exec(server.listeners, workers: [@stand_in&.pid].compact, env: @systemd.exec_env)
       @stderr.puts "tsubame: hot restart failed: #{error.message}"
       # Nothing would ever stop it once this process is gone.
       @stand_in&.stop
@@ -394,6 +429,7 @@ module Tsubame
     end
 
     def halt
+      @systemd.stopping("Halting")
       clean_up
       @stdout.flush
       exit!(0)

@@ -19,6 +19,7 @@ require "tsubame/control/run_files"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/clock"
+require "tsubame/support/systemd_notify"
 
 module Tsubame
   # Cluster mode's master process. It binds the listeners, forks `workers`
@@ -51,8 +52,10 @@ module Tsubame
 
     attr_reader :phase
 
-    def initialize(options, app: nil, stdout: $stdout, stderr: $stderr)
+    # systemd: the SystemdNotify to report to (the Launcher's).
+    def initialize(options, app: nil, stdout: $stdout, stderr: $stderr, systemd: SystemdNotify.take)
       @options = options
+      @systemd = systemd
       @app = app
       @stdout = stdout
       @stderr = stderr
@@ -86,6 +89,7 @@ module Tsubame
       print_header
       preload
       @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
       previous = trap_signals
@@ -228,6 +232,7 @@ module Tsubame
     def supervise
       until finished?
         wait_for_events
+        tick_systemd
         process_commands
         reap
         begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
@@ -240,6 +245,26 @@ module Tsubame
         retire_old_workers
         check_restart_file
       end
+    end
+
+    # Watchdog pings come from this loop, so they stop if it does: the
+    # master is what nothing else watches (it kills and replaces hung
+    # workers itself). Also the periodic STATUS=.
+    def tick_systemd
+      @systemd.tick { systemd_status }
+    end
+
+    # What `systemctl status` shows: the workers and what they do, from
+    # their last check-ins.
+    def systemd_status
+      active = @workers.select(&:active?)
+      statuses = active.map(&:last_status)
+      busy = statuses.sum { |s| s["requests_in_flight"].to_i }
+      queued = statuses.sum { |s| s["backlog"].to_i }
+      requests = statuses.sum { |s| s["requests_count"].to_i }
+      "Workers: #{active.count(&:booted?)}/#{@wanted} booted, phase #{@phase}; " \
+        "threads #{@options[:threads_min]}:#{@options[:threads_max]} each, #{busy} busy, #{queued} queued, " \
+        "#{requests} requests"
     end
 
     def finished?
@@ -304,6 +329,9 @@ module Tsubame
       return if @all_booted || !all_booted?
 
       @all_booted = true
+      # Every worker serves: systemd's start (or a hot restart's new master)
+      # is over.
+      @systemd.ready(systemd_status)
       Hooks.run_logged(@options[:on_booted], "on_booted", @log)
     end
 
@@ -390,6 +418,7 @@ module Tsubame
         if @phased_restart && !worker.booted?
           @phased_restart = false
           @log.error("! phased restart stopped: a new worker failed to boot; the old workers keep serving")
+          @systemd.ready("Phased restart stopped: a new worker failed to boot; #{systemd_status}")
         end
       end
       worker.replacement&.replaces = nil
@@ -488,6 +517,7 @@ module Tsubame
       @phase += 1
       @phased_restart = true
       @log.info("- Starting phased worker restart, phase: #{@phase}")
+      @systemd.reloading("Phased restart to phase #{@phase}")
     end
 
     def advance_phased_restart
@@ -499,6 +529,7 @@ module Tsubame
       elsif @workers.none? { |w| w.active? && w.phase < @phase }
         @phased_restart = false
         @log.info("- Phased restart done, phase: #{@phase}")
+        @systemd.ready(systemd_status)
       end
     end
 
@@ -515,6 +546,7 @@ module Tsubame
       return @log.info("* Hot restart already under way (check PID #{@restart_check.pid})") if @restart_check
 
       @restart_check = HotRestartCheck.start(restart_check_timeout)
+      @systemd.reloading("Hot restart: checking the new configuration")
       @log.info("* Hot restart: checking that the new configuration loads (check PID #{@restart_check.pid}); " \
                 "the workers serve meanwhile")
     rescue SystemCallError => e
@@ -542,6 +574,7 @@ module Tsubame
       @restart_check = nil
       if (failure = check.failure)
         # The check's own error output is on stderr just above.
+        @systemd.ready("Hot restart not done: the new configuration/app #{failure}; #{systemd_status}")
         return @log.error("! hot restart not done: the new configuration/app #{failure}; the old workers keep serving")
       end
 
@@ -554,8 +587,9 @@ module Tsubame
       Hooks.run_logged(@options[:on_restart], "on_restart", @log)
       @control&.stop
       @stdout.flush
-      error = HotRestart.exec(@listeners, workers: @workers.map(&:pid))
+      error = HotRestart.exec(@listeners, workers: @workers.map(&:pid), env: @systemd.exec_env)
       @log.error("! hot restart failed: #{error.message}; carrying on")
+      @systemd.ready("Hot restart failed: #{error.message}; #{systemd_status}")
       @control&.start
     end
 
@@ -637,6 +671,7 @@ module Tsubame
       return begin_stop(:graceful) if delay.zero? || @leave_at
 
       @leave_at = monotonic + delay
+      @systemd.stopping("Stopping: shutdown delay of #{delay}s, then the drain")
       @log.info("- Shutdown delay: readiness fails now; serving #{delay}s more before the drain")
       @workers.each { |w| tell_lame_duck(w) }
     end
@@ -649,6 +684,7 @@ module Tsubame
       return if @stopping == mode || @stopping == :halt
 
       @stopping = mode
+      @systemd.stopping(mode == :halt ? "Halting" : "Stopping: draining the workers")
       @log.info(mode == :halt ? "- Halting: workers stop now" : "- Gracefully stopping, waiting for requests to finish")
       # New clients are refused from here on; the ones already accepted
       # are served by the workers as they drain.

@@ -20,7 +20,7 @@ module Tsubame
     # plugins, the control app...). A config written for Puma should still
     # boot, with one warning, rather than fail on the first of them.
     NOT_YET = %i[
-      app before_refork before_thread_exit before_thread_start
+      app before_refork before_thread_exit before_thread_start bind_to_activated_sockets
       before_worker_fork clean_thread_locals debug
       directory drain_on_shutdown extra_runtime_dependencies
       fork_worker io_selector_backend log_formatter max_fast_inline

@@ -47,6 +47,12 @@ module Tsubame
         handover.fetch(:fds)
       end
 
+      # Which of the inherited descriptors systemd handed over at first
+      # (socket activation): they stay systemd's (see Listeners).
+      def activated_fds
+        handover.fetch(:activated)
+      end
+
       # Only pids that really are this process's children: the variable
       # must never make the server signal an unrelated process.
       def inherited_workers
@@ -109,11 +115,14 @@ module Tsubame
       end
 
       # Replaces this process. Returns only if exec failed, with the error.
-      def exec(listeners, workers: [])
+      # env: variables for the new program only (systemd's, which this
+      # process took out of ENV so that its children would not see them).
+      def exec(listeners, workers: [], env: {})
         record(ARGV) unless @command
-        ENV[ENV_KEY] = JSON.generate("fds" => listeners.inheritable, "workers" => workers)
+        ENV[ENV_KEY] = JSON.generate("fds" => listeners.inheritable, "workers" => workers,
+                                     "activated" => listeners.activated_fds)
         Dir.chdir(@directory)
-        Process.exec(*@command)
+        Process.exec(env, *@command)
       rescue SystemCallError => e
         ENV.delete(ENV_KEY)
         listeners.keep_private
@@ -137,9 +146,10 @@ module Tsubame
         fds = data.fetch("fds", {}).transform_values { |list| list.map { |fd| Integer(fd) } }
         stand_in = data["stand_in"] && { ready_fd: Integer(data["stand_in"].fetch("ready_fd")) }
         check = data["check"] && Integer(data["check"].fetch("parent"))
-        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) }, stand_in: stand_in, check: check }
+        { fds: fds, workers: data.fetch("workers", []).map { |pid| Integer(pid) }, stand_in: stand_in, check: check,
+          activated: data.fetch("activated", []).map { |fd| Integer(fd) } }
       rescue JSON::ParserError, TypeError, ArgumentError, KeyError, NoMethodError
-        { fds: {}, workers: [], stand_in: nil, check: nil }
+        { fds: {}, workers: [], stand_in: nil, check: nil, activated: [] }
       end
     end
   end

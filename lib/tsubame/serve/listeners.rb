@@ -3,6 +3,7 @@
 require "socket"
 require "tsubame/errors"
 require "tsubame/restart/hot_restart"
+require "tsubame/serve/socket_activation"
 
 module Tsubame
   # The listening sockets, owned by Ruby rather than by an engine.
@@ -14,41 +15,68 @@ module Tsubame
   # duplicate with an `fd://N` bind (crates/tsubame-engine/src/bind.rs);
   # the socket closes when its last holder lets go.
   class Listeners
-    Entry = Struct.new(:uri, :address, :io)
+    # activated: the socket came from systemd (socket activation), which
+    # owns it: a unix socket's file must stay when this process stops, for
+    # systemd to hand the socket to the next start.
+    Entry = Struct.new(:uri, :address, :io, :activated)
 
     # Binds each URI, adopting the sockets a hot restart handed over for
     # the same URI instead of binding again (which would fail, or pick a
-    # new port for port 0). On failure nothing stays open.
+    # new port for port 0), or else the sockets systemd handed over
+    # (socket activation, see SocketActivation.match) whose address the
+    # URI names. On failure nothing stays open.
+    #
+    # An activated socket no bind matches is closed, with a line in #notes,
+    # as Puma does ("* Closing unused activated socket: ...").
     #
     # adopt_only: for a hot restart's stand-in, which serves only the
     # sockets handed over and owns none (closing them must not remove a
     # unix socket's file): a bind new in the config is left to the
     # re-executed process, which would fail to bind it again.
-    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds, adopt_only: false)
+    def self.bind(binds, backlog, inherited: HotRestart.inherited_fds, adopt_only: false,
+                  activated: SocketActivation.take)
       entries = []
+      notes = []
+      from_systemd = HotRestart.activated_fds
       binds.each do |uri|
         if (fds = inherited.delete(uri))
-          fds.each { |fd| entries << adopt(uri, fd) }
+          fds.each { |fd| entries << adopt(uri, fd, activated: from_systemd.include?(fd)) }
+        elsif !adopt_only && !(found = SocketActivation.match(activated, uri)).empty?
+          found.each do |socket|
+            notes << "* Using activated socket #{socket.describe} for #{uri}"
+            entries << adopt(uri, socket.fd, activated: true)
+          end
         elsif !adopt_only
           Native.bind_listeners(uri, backlog).each do |address, fd|
-            entries << Entry.new(uri, address, socket_for(fd))
+            entries << Entry.new(uri, address, socket_for(fd), false)
           end
         end
       end
       # A bind removed from the config since the restart: let it go.
       inherited.each_value { |fds| fds.each { |fd| close_fd(fd) } }
       inherited.clear
-      new(entries, owner: !adopt_only)
+      close_unused(activated, notes)
+      new(entries, owner: !adopt_only, notes: notes)
     rescue StandardError
       entries&.each { |entry| entry.io.close unless entry.io.closed? }
       raise
     end
 
-    def self.adopt(uri, fd)
+    # The file of an unused unix socket is left alone (Puma removes it):
+    # it is the .socket unit's, which hands it over again at the next start.
+    def self.close_unused(activated, notes)
+      activated.each do |socket|
+        notes << "* Closing unused activated socket: #{socket.describe}"
+        SocketActivation.close(socket)
+      end
+      activated.clear
+    end
+
+    def self.adopt(uri, fd, activated: false)
       io = socket_for(fd)
       address = address_of(io)
       address = address.sub(%r{\Atcp://}, "ssl://") if uri.start_with?("ssl://")
-      Entry.new(uri, address, io)
+      Entry.new(uri, address, io, activated)
     rescue SystemCallError => e
       raise BindError, "#{uri}: cannot adopt inherited descriptor #{fd}: #{e.message}"
     end
@@ -74,14 +102,18 @@ module Tsubame
       nil
     end
 
-    private_class_method :adopt, :socket_for, :address_of, :close_fd
+    private_class_method :adopt, :socket_for, :address_of, :close_fd, :close_unused
 
     # owner: whether closing also removes unix socket files. A worker's
     # copies are not the owner: the socket outlives it, so must the file.
-    def initialize(entries, owner:)
+    # notes: log lines about activated sockets, for the banner.
+    def initialize(entries, owner:, notes: [])
       @entries = entries.freeze
       @owner = owner
+      @notes = notes.freeze
     end
+
+    attr_reader :notes
 
     def addresses
       @entries.map(&:address)
@@ -118,7 +150,7 @@ module Tsubame
       @entries.each do |entry|
         next if entry.io.closed?
 
-        unlink(entry.address) if @owner
+        unlink(entry.address) if @owner && !entry.activated
         entry.io.close
       end
     end
@@ -137,6 +169,12 @@ module Tsubame
 
     def empty?
       @entries.empty?
+    end
+
+    # The descriptors systemd handed over (socket activation), for a hot
+    # restart to tell the next process which sockets are not its own.
+    def activated_fds
+      @entries.select(&:activated).map { |entry| entry.io.fileno }
     end
 
     # After a failed exec: back to closing on exec.
