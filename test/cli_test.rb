@@ -10,7 +10,7 @@ class CLITest < Minitest::Test
   FLAGS = %w[
     --bind --port --threads --environment --config --quiet --log-requests
     --pidfile --version --help --backlog --io-threads --max-body-size --drain-timeout
-    --x-sendfile --x-accel-redirect
+    --x-sendfile --x-accel-redirect --proxy-protocol --remote-address-header --trusted-proxies
   ].freeze
 
   def assert_one_line_failure(stderr, status, pattern)
@@ -70,7 +70,10 @@ class CLITest < Minitest::Test
       [%w[-p 99999], /invalid port "99999"/],
       [%w[--backlog -3], /backlog must be a positive integer/],
       [%w[--max-body-size lots], /max_body_size must be/],
-      [%w[--drain-timeout soon], /drain_timeout must be a non-negative number of seconds/]
+      [%w[--drain-timeout soon], /drain_timeout must be a non-negative number of seconds/],
+      [%w[--proxy-protocol v9], /proxy_protocol must be v1 or v2/],
+      [%w[--remote-address-header X:Y], /remote_address_header must be a header name/],
+      [%w[--trusted-proxies 10.0.0.0/8,nope], /trusted_proxies: "nope" is not an address or CIDR range/]
     ].each do |args, pattern|
       _, stderr, status = run_tsubame(*args)
       assert_one_line_failure(stderr, status, pattern)

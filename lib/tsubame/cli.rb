@@ -121,6 +121,22 @@ module Tsubame
       opts.on("--trust-forwarded-proto", "Take X-Forwarded-Proto as rack.url_scheme (only behind a proxy)") do
         @options.set(:trust_forwarded_proto, true, layer: LAYER)
       end
+      proxy_flags(opts)
+    end
+
+    # Behind a proxy (docs/PROXY.md).
+    def proxy_flags(opts)
+      opts.on("--proxy-protocol VERSION", "A PROXY header (v1 or v2) first on every connection of every bind") do |v|
+        @options.set(:proxy_protocol, v, layer: LAYER)
+      end
+      opts.on("--remote-address-header NAME",
+              "REMOTE_ADDR from this header (e.g. X-Forwarded-For) when the peer is a trusted proxy") do |name|
+        @options.set(:remote_address_header, name, layer: LAYER)
+      end
+      opts.on("--trusted-proxies LIST", "Comma-separated addresses/CIDRs whose forwarding header is believed " \
+                                        "(default: loopback and private ranges)") do |list|
+        @options.set(:trusted_proxies, list, layer: LAYER)
+      end
     end
 
     def tuning_flags(opts)

@@ -43,6 +43,10 @@ class ConfigTest < Minitest::Test
     h2_initial_window_size: 1_048_576,
     h2_initial_connection_window_size: 4_194_304,
     trust_forwarded_proto: false,
+    proxy_protocol: nil,
+    remote_address_header: nil,
+    remote_address_value: nil,
+    trusted_proxies: %w[127.0.0.0/8 ::1 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 fc00::/7],
     public_dir: nil,
     public_index: false,
     compress: false,
@@ -308,6 +312,8 @@ class ConfigTest < Minitest::Test
       h2_initial_window_size 100_000
       h2_initial_connection_window_size 200_000
       trust_forwarded_proto
+      set_remote_address header: "X-Real-IP"
+      trusted_proxies ["10.0.0.0/8", "::1"]
       public_dir "/tmp", index: true, immutable: /\\.v\\d+\\./
       compress min_size: 256, types: ["text/html"]
       upgrade_threads 3
@@ -330,7 +336,9 @@ class ConfigTest < Minitest::Test
         handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
-        trust_forwarded_proto: true, public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
+        trust_forwarded_proto: true, proxy_protocol: nil, remote_address_header: "X-Real-IP", remote_address_value: nil,
+        trusted_proxies: ["10.0.0.0/8", "::1"],
+        public_dir: "/tmp", public_index: true, public_immutable: "\.v\d+\.",
         compress: true, compress_min_size: 256, compress_types: ["text/html"],
         websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0,
         upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0
@@ -339,6 +347,34 @@ class ConfigTest < Minitest::Test
     )
     assert_equal 3, options[:upgrade_threads], "Ruby-side: the handler threads"
     assert_equal 5.0, options[:shutdown_delay], "Ruby-side: the launcher and the cluster wait it out"
+  end
+
+  # Puma's set_remote_address forms; each replaces the others.
+  def test_set_remote_address_forms
+    cases = {
+      "set_remote_address" => [nil, nil, nil],
+      "set_remote_address :socket" => [nil, nil, nil],
+      "set_remote_address :localhost" => [nil, "127.0.0.1", nil],
+      "set_remote_address \"1.2.3.4\"" => [nil, "1.2.3.4", nil],
+      "set_remote_address header: \"X-Forwarded-For\"" => ["X-Forwarded-For", nil, nil],
+      "set_remote_address proxy_protocol: :v1" => [nil, nil, "v1"],
+      "set_remote_address proxy_protocol: \"V2\"" => [nil, nil, "v2"],
+      "set_remote_address \"9.9.9.9\"\nset_remote_address header: \"X-Real-IP\"" => ["X-Real-IP", nil, nil]
+    }
+    cases.each do |source, expected|
+      options, = load_file("#{source}\n")
+      assert_equal expected, options.native.values_at(:remote_address_header, :remote_address_value, :proxy_protocol), source
+    end
+    [
+      ["set_remote_address proxy_protocol: :v3", /proxy_protocol must be v1 or v2/],
+      ["set_remote_address header: \"X Forwarded\"", /must be a header name/],
+      ["set_remote_address header: \"A\", proxy_protocol: :v1", /one of header: or proxy_protocol:/],
+      ["set_remote_address 42", /set_remote_address takes/],
+      ["trusted_proxies [\"10.0.0.0/33\"]", %r{"10\.0\.0\.0/33" is not an address or CIDR range}],
+      ["trusted_proxies \"example.com\"", /is not an address or CIDR range/]
+    ].each do |source, pattern|
+      assert_config_error(pattern) { load_file("#{source}\n") }
+    end
   end
 
   def test_ssl_bind_early_hints_and_self_signed

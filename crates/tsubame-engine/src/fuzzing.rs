@@ -63,6 +63,7 @@ pub fn serve_in_memory(input: &[u8], write_sizes: &[usize], opts: EngineOptions)
             server_port: 80,
             url_scheme: "http",
             trust_forwarded_proto: false,
+            remote_address: Default::default(),
         }),
     });
     let output = runtime.block_on(async {

@@ -66,7 +66,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         concat!(
             "{{\"status\":\"{}\",\"busy_threads\":{},\"max_threads\":{},\"queue_depth\":{},",
             "\"connections\":{},\"workers\":0,\"draining\":{},\"requests_total\":{},",
-            "\"timed_out\":{},\"stuck_threads\":{},\"read_timeouts\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
+            "\"timed_out\":{},\"stuck_threads\":{},\"read_timeouts\":{},\"proxy_refused\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
             "\"request_timeout\":{},\"connection_limit\":{},\"upload_limit\":{},\"fiber_limit\":{}}},",
             "\"fibers\":{{\"queued\":{},\"running\":{}}},",
             "\"queue_wait_ms\":{{\"p50\":{:.3},\"p99\":{:.3}}}}}\n"
@@ -81,6 +81,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         stats.shed_request_timeout,
         stats.stuck_threads,
         stats.read_timeouts,
+        stats.proxy_refused,
         stats.shed_queue_full,
         stats.shed_queue_timeout,
         stats.shed_request_timeout,

@@ -84,6 +84,12 @@ pub struct EngineOptions {
     pub h2_initial_connection_window_size: u32,
     /// Take `X-Forwarded-Proto` (from a trusted proxy) as `rack.url_scheme`.
     pub trust_forwarded_proto: bool,
+    /// A PROXY header (`"v1"` or `"v2"`) first on every connection of the
+    /// binds that do not name a version themselves (`proxy_protocol=`);
+    /// Puma's `set_remote_address proxy_protocol: :v1`.
+    pub proxy_protocol: Option<String>,
+    /// What `REMOTE_ADDR` says (`dispatch/remote_addr.rs`).
+    pub remote_address: crate::dispatch::remote_addr::RemoteAddress,
     /// The public folder: files answered by the engine before the app
     /// (`files/`); `None` turns it off.
     pub public_dir: Option<std::path::PathBuf>,
@@ -158,6 +164,8 @@ impl Default for EngineOptions {
             h2_initial_window_size: 1024 * 1024,
             h2_initial_connection_window_size: 4 * 1024 * 1024,
             trust_forwarded_proto: false,
+            proxy_protocol: None,
+            remote_address: Default::default(),
             public_dir: None,
             public_index: false,
             public_immutable: Some(DEFAULT_IMMUTABLE.to_string()),

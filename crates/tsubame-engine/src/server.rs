@@ -17,6 +17,9 @@ use crate::net::accept::Acceptor;
 use crate::net::accept_log::AcceptFailures;
 use crate::net::bind::{BindSpec, Bound, Listener};
 use crate::net::client_io::{ClientIo, READ_CHUNK};
+use crate::net::proxy_log::ProxyRefusals;
+use crate::net::proxy_protocol::{read_header, ProxyError, ProxySource, ProxyVersion};
+use crate::net::rewind::Rewind;
 use crate::net::tls::{TlsError, TlsListener};
 use crate::options::EngineOptions;
 use crate::shared::Shared;
@@ -69,8 +72,16 @@ impl Engine {
     /// thread starts, and the real addresses can be printed.
     pub fn bind(opts: EngineOptions) -> Result<Engine, BindError> {
         let mut listeners = Vec::new();
+        let proxy = match opts.proxy_protocol.as_deref() {
+            None => None,
+            Some(v) => Some(ProxyVersion::parse(v).ok_or_else(|| BindError::Invalid {
+                uri: "proxy_protocol".to_string(),
+                reason: format!("must be v1 or v2, got {v:?}"),
+            })?),
+        };
         for uri in &opts.binds {
             let mut spec = BindSpec::parse(uri)?;
+            spec.proxy = spec.proxy.or(proxy);
             if let Some(tls) = &mut spec.tls {
                 tls.http2 = opts.http2;
             }
@@ -229,23 +240,33 @@ impl Engine {
                 server_port: bound.server_port,
                 url_scheme: if bound.tls.is_some() { "https" } else { "http" },
                 trust_forwarded_proto: self.shared.opts.trust_forwarded_proto,
+                remote_address: self.shared.opts.remote_address.clone(),
             });
             let protocol = match (bound.tls, bound.h2c) {
                 (Some(tls), _) => Protocol::Tls(tls),
                 (None, true) => Protocol::H2c,
                 (None, false) => Protocol::Http1,
             };
+            let route = Route {
+                protocol,
+                proxy: bound.proxy.map(|version| {
+                    Arc::new(ProxyBind {
+                        version,
+                        refusals: ProxyRefusals::default(),
+                    })
+                }),
+            };
             let shared = self.shared.clone();
             match bound.listener {
                 Listener::Tcp(std) => {
                     let _guard = runtime.enter();
                     let listener = Acceptor::new(std, bound.busy_accept_delay)?;
-                    runtime.spawn(accept_tcp(listener, info, protocol, shared));
+                    runtime.spawn(accept_tcp(listener, info, route, shared));
                 }
                 Listener::Unix(std, path) => {
                     let _guard = runtime.enter();
                     let listener = Acceptor::new(std, bound.busy_accept_delay)?;
-                    runtime.spawn(accept_unix(listener, path, info, protocol, shared));
+                    runtime.spawn(accept_unix(listener, path, info, route, shared));
                 }
             }
         }
@@ -477,6 +498,7 @@ fn accepted_ok(failures: &mut AcceptFailures) {
 
 /// What a listener speaks; decided once per listener, so a plain HTTP/1
 /// connection costs what it did before TLS and HTTP/2 existed.
+#[derive(Clone)]
 enum Protocol {
     Http1,
     /// HTTP/1 or, by prior knowledge, cleartext HTTP/2.
@@ -485,18 +507,84 @@ enum Protocol {
     Tls(Arc<TlsListener>),
 }
 
-fn dispatch<T: ClientIo>(io: T, conn: Arc<ConnInfo>, protocol: &Protocol, shared: &Arc<Shared>) {
-    match protocol {
+/// A listener's protocol, and whether a PROXY header comes first.
+struct Route {
+    protocol: Protocol,
+    proxy: Option<Arc<ProxyBind>>,
+}
+
+/// A bind with `proxy_protocol`: the version expected, and its log limit.
+struct ProxyBind {
+    version: ProxyVersion,
+    refusals: ProxyRefusals,
+}
+
+fn dispatch<T: ClientIo>(io: T, conn: Arc<ConnInfo>, route: &Route, shared: &Arc<Shared>) {
+    if let Some(proxy) = &route.proxy {
+        return spawn_proxied(io, conn, route.protocol.clone(), proxy.clone(), shared);
+    }
+    match &route.protocol {
         Protocol::Http1 => spawn_connection(io, conn, shared),
         Protocol::H2c => spawn_h2c(io, conn, shared),
         Protocol::Tls(tls) => spawn_tls(io, conn, tls.config(), shared),
     }
 }
 
+/// A connection on a PROXY-protocol bind: the header is read first in the
+/// connection's task (bounded by first_data_timeout), its client becomes
+/// the peer, and the bytes read past it go on to the listener's protocol
+/// (for TLS, replayed into the handshake). Without a valid header of the
+/// bind's version the connection is closed with nothing written: the
+/// peer may be the balancer, to which a reply would be the client's.
+fn spawn_proxied<T: ClientIo>(
+    mut io: T,
+    conn: Arc<ConnInfo>,
+    protocol: Protocol,
+    proxy: Arc<ProxyBind>,
+    shared: &Arc<Shared>,
+) {
+    if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
+        return match protocol {
+            Protocol::Tls(_) => {
+                at_connection_limit(shared, &conn);
+            }
+            _ => shed_connection(io, &conn, shared),
+        };
+    }
+    let guard = conn_guard(shared);
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        let read = tokio::time::timeout(shared.opts.first_data_timeout, read_header(&mut io, proxy.version)).await;
+        let (source, buf) = match read.unwrap_or(Err(ProxyError::TimedOut)) {
+            Ok(header) => header,
+            Err(e) => {
+                Stats::bump(&shared.stats.proxy_refused);
+                if let Some(line) = proxy.refusals.refused(&conn.peer_addr, &e, std::time::Instant::now()) {
+                    log::warn(&line);
+                }
+                return;
+            }
+        };
+        let conn = match source {
+            ProxySource::Client(addr) => Arc::new(ConnInfo {
+                peer_addr: addr.ip().to_string(),
+                listener: conn.listener.clone(),
+            }),
+            ProxySource::KeepPeer => conn,
+        };
+        match protocol {
+            Protocol::Http1 => serve(io, conn, shared, buf).await,
+            Protocol::H2c => serve_h2c(io, conn, shared, buf).await,
+            Protocol::Tls(tls) => serve_tls(Rewind::new(buf.freeze(), io), conn, tls.config(), shared).await,
+        }
+    });
+}
+
 async fn accept_tcp(
     listener: Acceptor<std::net::TcpListener>,
     info: Arc<ListenerInfo>,
-    protocol: Protocol,
+    route: Route,
     shared: Arc<Shared>,
 ) {
     let stop = shared.stop_notify.notified();
@@ -514,7 +602,7 @@ async fn accept_tcp(
                         let _ = stream.set_nodelay(true);
                     }
                     let conn = Arc::new(ConnInfo { peer_addr: peer.ip().to_string(), listener: info.clone() });
-                    dispatch(stream, conn, &protocol, &shared);
+                    dispatch(stream, conn, &route, &shared);
                 }
                 Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
@@ -526,7 +614,7 @@ async fn accept_unix(
     listener: Acceptor<std::os::unix::net::UnixListener>,
     path: PathBuf,
     info: Arc<ListenerInfo>,
-    protocol: Protocol,
+    route: Route,
     shared: Arc<Shared>,
 ) {
     let stop = shared.stop_notify.notified();
@@ -542,7 +630,7 @@ async fn accept_unix(
                     accepted_ok(&mut failures);
                     // A UNIX peer has no address; Puma reports loopback too.
                     let conn = Arc::new(ConnInfo { peer_addr: "127.0.0.1".into(), listener: info.clone() });
-                    dispatch(stream, conn, &protocol, &shared);
+                    dispatch(stream, conn, &route, &shared);
                 }
                 Err(err) => accept_failed(err, &mut failures, &shared).await,
             }
@@ -576,32 +664,39 @@ where
     let shared = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let stream = match tokio::time::timeout(shared.opts.first_data_timeout, acceptor.accept(io)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                Stats::bump(&shared.stats.rejected_total);
-                if shared.opts.log_requests {
-                    log::warn(&format!("{} TLS handshake failed: {e}", conn.peer_addr));
-                }
-                return;
-            }
-            Err(_) => {
-                Stats::bump(&shared.stats.read_timeouts);
-                return;
-            }
-        };
-        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-            crate::h2::connection::serve_h2(stream, conn, shared).await;
-        } else {
-            serve(stream, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
-        }
+        serve_tls(io, conn, config, shared).await;
     });
+}
+
+async fn serve_tls<T>(io: T, conn: Arc<ConnInfo>, config: Arc<rustls::ServerConfig>, shared: Arc<Shared>)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let stream = match tokio::time::timeout(shared.opts.first_data_timeout, acceptor.accept(io)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            Stats::bump(&shared.stats.rejected_total);
+            if shared.opts.log_requests {
+                log::warn(&format!("{} TLS handshake failed: {e}", conn.peer_addr));
+            }
+            return;
+        }
+        Err(_) => {
+            Stats::bump(&shared.stats.read_timeouts);
+            return;
+        }
+    };
+    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+        crate::h2::connection::serve_h2(stream, conn, shared).await;
+    } else {
+        serve(stream, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
+    }
 }
 
 /// Reads until the first bytes are either the HTTP/2 preface or something
 /// else (then HTTP/1, with the bytes read so far handed on).
-fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+fn spawn_h2c<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
     if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
         // Answered as on a plain bind: most clients here speak HTTP/1.
         return spawn_connection(io, conn, shared);
@@ -610,47 +705,54 @@ fn spawn_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) 
     let shared = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        let mut buf = BytesMut::with_capacity(READ_CHUNK);
-        let preface = crate::h2::connection::PREFACE;
-        while buf.len() < preface.len() && preface.starts_with(&buf) {
-            match tokio::time::timeout(shared.opts.first_data_timeout, io.read_buf(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => return,
-            }
-        }
-        if buf.starts_with(preface) {
-            let io = crate::net::rewind::Rewind::new(buf.freeze(), io);
-            crate::h2::connection::serve_h2(io, conn, shared).await;
-        } else {
-            serve(io, conn, shared, buf).await;
-        }
+        serve_h2c(io, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
     });
 }
 
-fn spawn_connection<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+/// `buf`: bytes already read (after a PROXY header), looked at first.
+async fn serve_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>, mut buf: BytesMut) {
+    let preface = crate::h2::connection::PREFACE;
+    while buf.len() < preface.len() && preface.starts_with(&buf) {
+        match tokio::time::timeout(shared.opts.first_data_timeout, io.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return,
+        }
+    }
+    if buf.starts_with(preface) {
+        let io = Rewind::new(buf.freeze(), io);
+        crate::h2::connection::serve_h2(io, conn, shared).await;
+    } else {
+        serve(io, conn, shared, buf).await;
+    }
+}
+
+fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
     if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
-        // Accept and answer rather than leave the client in the backlog
-        // with no idea why: it learns at once to retry elsewhere.
-        shared.stats.shed(ShedReason::Connections);
-        log::warn(&format!("503 connection_limit from {}", conn.peer_addr));
-        let bytes = unavailable_response(
-            ShedReason::Connections,
-            false,
-            shared.opts.retry_after,
-            false,
-            Version::Http11,
-        );
-        let write_timeout = shared.opts.body_timeout;
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(write_timeout, io.write_all(&bytes)).await;
-            let _ = io.shutdown().await;
-        });
-        return;
+        return shed_connection(io, &conn, shared);
     }
     let guard = conn_guard(shared);
     let shared = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
         serve(io, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
+    });
+}
+
+/// Over `max_connections`: accept and answer rather than leave the client
+/// in the backlog with no idea why: it learns at once to retry elsewhere.
+fn shed_connection<T: ClientIo>(mut io: T, conn: &ConnInfo, shared: &Arc<Shared>) {
+    shared.stats.shed(ShedReason::Connections);
+    log::warn(&format!("503 connection_limit from {}", conn.peer_addr));
+    let bytes = unavailable_response(
+        ShedReason::Connections,
+        false,
+        shared.opts.retry_after,
+        false,
+        Version::Http11,
+    );
+    let write_timeout = shared.opts.body_timeout;
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(write_timeout, io.write_all(&bytes)).await;
+        let _ = io.shutdown().await;
     });
 }

@@ -36,6 +36,9 @@ pub struct Stats {
     /// Threads still running a request after its timeout and grace period,
     /// as reported by the Ruby side.
     pub stuck_threads: AtomicU64,
+    /// Connections closed on a PROXY-protocol bind for a missing, malformed
+    /// or late header (or one of the other version).
+    pub proxy_refused: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +61,7 @@ pub struct StatsSnapshot {
     pub shed_uploads: u64,
     pub shed_fibers: u64,
     pub stuck_threads: u64,
+    pub proxy_refused: u64,
     pub backlog: u64,
 }
 
@@ -98,6 +102,7 @@ impl Stats {
             shed_uploads: get(&self.shed_uploads),
             shed_fibers: get(&self.shed_fibers),
             stuck_threads: get(&self.stuck_threads),
+            proxy_refused: get(&self.proxy_refused),
             backlog: backlog as u64,
         }
     }

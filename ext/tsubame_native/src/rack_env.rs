@@ -271,9 +271,10 @@ pub fn build(
     };
     set(k.server_protocol, ruby.get_inner(version).as_value());
     set(k.http_version, ruby.get_inner(version).as_value());
-    set(k.remote_addr, ruby.str_new(&conn.peer_addr).as_value());
-
     let listener = &conn.listener;
+    let remote = listener.remote_address.resolve(head, &conn.peer_addr);
+    set(k.remote_addr, ruby.str_new(&remote).as_value());
+
     let mut secure = listener.url_scheme == "https";
     if listener.trust_forwarded_proto {
         if let Some(proto) = forwarded_proto(head) {

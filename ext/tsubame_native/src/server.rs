@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tsubame_engine::dispatch::fiber_route::check_pattern;
+use tsubame_engine::dispatch::remote_addr::{default_trusted, Cidr, RemoteAddress};
 use tsubame_engine::dispatch::timeouts::NextTimeout;
 use tsubame_engine::server::StopOutcome;
 use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
@@ -67,6 +68,10 @@ const OPTION_KEYS: &[&str] = &[
     "h2_initial_window_size",
     "h2_initial_connection_window_size",
     "trust_forwarded_proto",
+    "proxy_protocol",
+    "remote_address_header",
+    "remote_address_value",
+    "trusted_proxies",
     "public_dir",
     "public_index",
     "public_immutable",
@@ -203,6 +208,8 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
             .get("h2_initial_connection_window_size")?
             .unwrap_or(d.h2_initial_connection_window_size),
         trust_forwarded_proto: r.get("trust_forwarded_proto")?.unwrap_or(d.trust_forwarded_proto),
+        proxy_protocol: r.get("proxy_protocol")?,
+        remote_address: remote_address(ruby, &r)?,
         public_dir: r.get::<RString>("public_dir")?.map(os_path),
         public_index: r.get("public_index")?.unwrap_or(d.public_index),
         public_immutable: r.optional("public_immutable", d.public_immutable)?,
@@ -214,6 +221,29 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         websocket_max_rate: r.get("websocket_max_rate")?.unwrap_or(d.websocket_max_rate),
         upgrade_max_pending: r.get("upgrade_max_pending")?.unwrap_or(d.upgrade_max_pending),
         upgrade_ping_interval: r.seconds("upgrade_ping_interval", d.upgrade_ping_interval)?,
+    })
+}
+
+/// `set_remote_address`: a fixed value wins over a header; with neither,
+/// the socket's peer. The trusted proxies matter only for a header.
+fn remote_address(ruby: &Ruby, r: &OptionReader<'_>) -> Result<RemoteAddress, Error> {
+    if let Some(value) = r.get::<String>("remote_address_value")? {
+        return Ok(RemoteAddress::Fixed(value));
+    }
+    let Some(name) = r.get::<String>("remote_address_header")? else {
+        return Ok(RemoteAddress::Socket);
+    };
+    let trusted = match r.get::<Vec<String>>("trusted_proxies")? {
+        None => default_trusted(),
+        Some(list) => list
+            .iter()
+            .map(|c| Cidr::parse(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::new(ruby.exception_arg_error(), format!("option trusted_proxies: {e}")))?,
+    };
+    Ok(RemoteAddress::Header {
+        name: name.to_ascii_lowercase(),
+        trusted,
     })
 }
 
@@ -378,6 +408,7 @@ impl Server {
         hash.aset("waiting_threads", queue.waiting() as u64)?;
         hash.aset("timed_out", s.shed_request_timeout)?;
         hash.aset("stuck_threads", s.stuck_threads)?;
+        hash.aset("proxy_refused", s.proxy_refused)?;
         let shed = ruby.hash_new();
         shed.aset("queue_full", s.shed_queue_full)?;
         shed.aset("queue_timeout", s.shed_queue_timeout)?;

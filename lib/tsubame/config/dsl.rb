@@ -28,7 +28,7 @@ module Tsubame
       on_refork on_stopped on_thread_exit on_thread_start
       on_worker_fork out_of_band
       prune_bundler queue_requests rack_url_scheme
-      raise_exception_on_sigterm restart_command set_remote_address
+      raise_exception_on_sigterm restart_command
       shutdown_debug silence_fork_callback_warning
       silence_single_worker_warning state_permission
       worker_culling_strategy
@@ -149,6 +149,28 @@ module Tsubame
     # Take X-Forwarded-Proto as the scheme: only behind a proxy that sets it.
     def trust_forwarded_proto(answer = true)
       set(:trust_forwarded_proto, answer)
+    end
+
+    # Puma's set_remote_address (docs/PROXY.md), what REMOTE_ADDR says:
+    #   :socket (default)               the connection's peer
+    #   :localhost, "1.2.3.4"           that value, always
+    #   header: "X-Forwarded-For"       the header, walked from the right
+    #                                   past trusted_proxies, when the peer
+    #                                   is one of them
+    #   proxy_protocol: :v1 (or :v2)    a PROXY header on every bind
+    # Each form replaces the others.
+    def set_remote_address(value = :socket)
+      header, fixed, proxy = remote_address_form(value)
+      set(:remote_address_header, header)
+      set(:remote_address_value, fixed)
+      set(:proxy_protocol, proxy)
+    end
+
+    # The proxies whose forwarding header is believed (set_remote_address
+    # header:): addresses or CIDR ranges. Default: loopback and the
+    # private ranges.
+    def trusted_proxies(*list)
+      set(:trusted_proxies, list.flatten)
     end
 
     # Development only: a certificate for localhost made at boot for the
@@ -489,6 +511,26 @@ module Tsubame
     end
 
     private
+
+    def remote_address_form(value)
+      case value
+      when :socket then [nil, nil, nil]
+      when :localhost then [nil, "127.0.0.1", nil]
+      when String then [nil, value, nil]
+      when Hash then remote_address_hash(value)
+      else raise ConfigError, "set_remote_address takes :socket, :localhost, a String, header: or proxy_protocol: (got #{value.inspect})"
+      end
+    end
+
+    def remote_address_hash(value)
+      unknown = value.keys - %i[header proxy_protocol]
+      if unknown.any? || value.size != 1
+        raise ConfigError, "set_remote_address takes one of header: or proxy_protocol: (got #{value.inspect})"
+      end
+      return [value[:header], nil, nil] if value.key?(:header)
+
+      [nil, nil, value[:proxy_protocol] || raise(ConfigError, "set_remote_address proxy_protocol: needs :v1 or :v2")]
+    end
 
     def set(key, value)
       @options.set(key, value, layer: LAYER)

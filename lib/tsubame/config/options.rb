@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "ipaddr"
 require "tsubame/errors"
 require "tsubame/config/bind_uri"
 
@@ -64,6 +65,13 @@ module Tsubame
       h2_initial_window_size: 1_048_576,
       h2_initial_connection_window_size: 4_194_304,
       trust_forwarded_proto: false,
+      # Behind a proxy (docs/PROXY.md): a PROXY header on every bind
+      # ("v1"/"v2"), and what REMOTE_ADDR says: a header walked past the
+      # trusted proxies, or a fixed value; neither is the socket's peer.
+      proxy_protocol: nil,
+      remote_address_header: nil,
+      remote_address_value: nil,
+      trusted_proxies: %w[127.0.0.0/8 ::1 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 fc00::/7].freeze,
       # The public folder (docs/FILES.md). :fingerprint is the engine's own
       # pattern for fingerprinted names.
       public_dir: nil,
@@ -132,6 +140,7 @@ module Tsubame
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
+      proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
       websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
     ].freeze
@@ -180,6 +189,10 @@ module Tsubame
       h2_initial_window_size: :window_size,
       h2_initial_connection_window_size: :window_size,
       trust_forwarded_proto: :boolean,
+      proxy_protocol: :proxy_protocol,
+      remote_address_header: :header_name,
+      remote_address_value: :optional_string,
+      trusted_proxies: :cidrs,
       public_dir: :public_dir,
       public_index: :boolean,
       public_immutable: :public_immutable,
@@ -227,7 +240,7 @@ module Tsubame
       on_restart: :hooks
     }.freeze
 
-    LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings].freeze
+    LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings cidrs].freeze
 
     LAYERS = %i[default file env cli].freeze
 
@@ -376,7 +389,54 @@ module Tsubame
       when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
       when :accel_mappings then accel_mappings(key, value)
       when :content_types then content_types(key, value)
+      else coerce_proxy(key, value)
       end
+    end
+
+    def coerce_proxy(key, value)
+      case KINDS.fetch(key)
+      when :proxy_protocol then proxy_protocol(key, value)
+      when :header_name then value.nil? ? nil : header_name(key, value)
+      when :cidrs then cidrs(key, value)
+      end
+    end
+
+    # nil, false or "off": none; v1/v2 (Symbol or String, "1"/"2" too).
+    def proxy_protocol(key, value)
+      return nil if [nil, false, "off"].include?(value)
+
+      version = value.to_s.downcase
+      version = "v#{version}" if %w[1 2].include?(version)
+      return version.freeze if %w[v1 v2].include?(version)
+
+      raise ConfigError, "#{key} must be v1 or v2 (got #{value.inspect})"
+    end
+
+    # An HTTP field name (a token), as the header is sent: X-Forwarded-For.
+    def header_name(key, value)
+      text = string(key, value)
+      return text if text.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
+
+      raise ConfigError, "#{key} must be a header name such as X-Forwarded-For (got #{value.inspect})"
+    end
+
+    # A list, or one String of comma-separated entries (a flag); each an
+    # address or CIDR range, checked here so a typo names its line.
+    def cidrs(key, value)
+      list = value.is_a?(String) ? value.split(",") : Array(value)
+      list.map { |entry| cidr(key, entry.to_s.strip) }.freeze
+    end
+
+    def cidr(key, text)
+      address, prefix = text.split("/", 2)
+      ip = IPAddr.new(address) if address&.match?(/\A[0-9A-Fa-f:.]+\z/)
+      bits = ip&.ipv4? ? 32 : 128
+      valid = ip && (prefix.nil? || (prefix.match?(/\A\d{1,3}\z/) && prefix.to_i <= bits))
+      return text.dup.freeze if valid
+
+      raise ArgumentError
+    rescue ArgumentError, IPAddr::Error
+      raise ConfigError, "#{key}: #{text.inspect} is not an address or CIDR range (such as 10.0.0.0/8 or ::1)"
     end
 
     # An existing directory, made absolute so a later chdir cannot move it.

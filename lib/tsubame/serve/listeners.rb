@@ -121,7 +121,7 @@ module Tsubame
 
     # Bind parameters that describe the protocol rather than the socket,
     # so they go with the descriptor to the engine.
-    PROTOCOL_KEYS = %w[ssl cert key ca verify_mode h2c no_tlsv1 no_tlsv1_1].freeze
+    PROTOCOL_KEYS = %w[ssl cert key ca verify_mode h2c no_tlsv1 no_tlsv1_1 proxy_protocol].freeze
 
     # What an engine is given instead of the configured binds: the
     # descriptor plus the bind's TLS settings (checked already, when the

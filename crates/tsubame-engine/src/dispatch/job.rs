@@ -13,6 +13,8 @@ pub struct ListenerInfo {
     pub url_scheme: &'static str,
     /// `X-Forwarded-Proto` may set `rack.url_scheme` (see `EngineOptions`).
     pub trust_forwarded_proto: bool,
+    /// How `REMOTE_ADDR` is decided (`remote_addr.rs`).
+    pub remote_address: crate::dispatch::remote_addr::RemoteAddress,
 }
 
 #[derive(Debug)]

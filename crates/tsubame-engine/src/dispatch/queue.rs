@@ -441,6 +441,7 @@ pub(crate) mod tests {
             server_port: 1,
             url_scheme: "http",
             trust_forwarded_proto: false,
+            remote_address: Default::default(),
         });
         Job {
             head,

@@ -6,6 +6,13 @@
 //! form), or `ssl=true&cert=...` on a `unix://` or `fd://` bind. The files
 //! are read when the bind is made, so a bad one fails the boot.
 //!
+//! `proxy_protocol=v1` (or `v2`) on any bind: every connection must begin
+//! with a PROXY header of that version (`proxy_protocol.rs`).
+//!
+//! A `unix://` bind takes Puma's `umask=` and `mode=`: the socket file's
+//! permissions are set before the socket listens, so no client connects
+//! while they are looser than asked.
+//!
 //! `fd://N` is how cluster workers and a re-executed master (hot restart)
 //! serve sockets another process bound: the engine listens on a duplicate
 //! of N and never closes N itself, so whoever owns N decides when the
@@ -14,6 +21,7 @@
 //! belongs to the process that bound it.
 
 use crate::error::BindError;
+use crate::net::proxy_protocol::ProxyVersion;
 use crate::net::tls::{TlsListener, TlsSettings, VerifyMode};
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -41,6 +49,11 @@ pub struct BindSpec {
     pub tls: Option<TlsSettings>,
     /// Cleartext HTTP/2 with prior knowledge (`h2c=true`).
     pub h2c: bool,
+    /// A PROXY header first on every connection (`proxy_protocol=v1|v2`).
+    pub proxy: Option<ProxyVersion>,
+    /// The socket file's permissions (`mode=`, or `umask=` as 0777 less
+    /// the mask); `None` leaves what the process umask gave.
+    pub unix_mode: Option<u32>,
 }
 
 /// A bound, listening socket plus what the Rack env needs to know about it.
@@ -60,6 +73,7 @@ pub struct Bound {
     pub busy_accept_delay: Option<Duration>,
     pub tls: Option<Arc<TlsListener>>,
     pub h2c: bool,
+    pub proxy: Option<ProxyVersion>,
 }
 
 impl BindSpec {
@@ -80,6 +94,8 @@ impl BindSpec {
         let mut ssl = scheme == "ssl";
         let (mut cert, mut key_path, mut ca, mut verify_mode) = (None, None, None, VerifyMode::None);
         let mut h2c = false;
+        let mut proxy = None;
+        let (mut umask, mut mode) = (None, None);
         let flag = |value: &str, key: &str| match value {
             "true" | "1" | "" => Ok(true),
             "false" | "0" => Ok(false),
@@ -108,6 +124,27 @@ impl BindSpec {
                 "low_latency" | "reuse_port" => {}
                 "ssl" => ssl = flag(value, key)?,
                 "h2c" => h2c = flag(value, key)?,
+                "proxy_protocol" => {
+                    proxy = match value {
+                        "off" | "false" => None,
+                        v => Some(
+                            ProxyVersion::parse(v).ok_or_else(|| invalid("proxy_protocol must be v1, v2 or off"))?,
+                        ),
+                    }
+                }
+                // Puma reads umask with Ruby's Integer(): octal with a
+                // leading 0, decimal without; mode always as octal.
+                "umask" => {
+                    umask = Some(puma_integer(value).ok_or_else(|| invalid("umask must be a number such as 0111"))?)
+                }
+                "mode" => {
+                    mode = Some(
+                        u32::from_str_radix(value, 8)
+                            .ok()
+                            .filter(|m| *m <= 0o7777)
+                            .ok_or_else(|| invalid("mode must be an octal number such as 0666"))?,
+                    )
+                }
                 "cert" => cert = Some(PathBuf::from(percent_decode(value))),
                 "key" => key_path = Some(PathBuf::from(percent_decode(value))),
                 "ca" => ca = Some(PathBuf::from(percent_decode(value))),
@@ -147,6 +184,10 @@ impl BindSpec {
             }
             other => return Err(invalid(&format!("unsupported scheme '{other}'"))),
         };
+        if (umask.is_some() || mode.is_some()) && scheme != "unix" {
+            return Err(invalid("umask and mode are for unix:// binds"));
+        }
+        let unix_mode = mode.or(umask.map(|mask| 0o777 & !mask));
         let tls = if ssl {
             let (Some(cert), Some(key)) = (cert, key_path) else {
                 return Err(invalid(
@@ -177,6 +218,8 @@ impl BindSpec {
             busy_accept_delay,
             tls,
             h2c,
+            proxy,
+            unix_mode,
         })
     }
 
@@ -197,7 +240,7 @@ impl BindSpec {
             })?)),
             None => None,
         };
-        let (h2c, delay) = (self.h2c, self.busy_accept_delay);
+        let (h2c, delay, proxy) = (self.h2c, self.busy_accept_delay, self.proxy);
         let mut bound = match &self.target {
             BindTarget::Tcp { host, port } => {
                 let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs().map_err(io_err)?.collect();
@@ -219,13 +262,14 @@ impl BindSpec {
                         listener: Listener::Tcp(listener),
                         tls: None,
                         h2c,
+                        proxy,
                     });
                 }
                 bound
             }
             BindTarget::Unix(path) => {
                 remove_stale_socket(path).map_err(io_err)?;
-                let listener = bind_unix(path, backlog).map_err(io_err)?;
+                let listener = bind_unix(path, backlog, self.unix_mode).map_err(io_err)?;
                 vec![Bound {
                     address: format!("unix://{}", path.display()),
                     server_name: "localhost".into(),
@@ -234,9 +278,10 @@ impl BindSpec {
                     listener: Listener::Unix(listener, path.clone()),
                     tls: None,
                     h2c,
+                    proxy,
                 }]
             }
-            BindTarget::Fd(fd) => vec![adopt(*fd, delay, h2c).map_err(io_err)?],
+            BindTarget::Fd(fd) => vec![adopt(*fd, delay, h2c, proxy).map_err(io_err)?],
         };
         for b in &mut bound {
             if tls.is_some() {
@@ -252,7 +297,12 @@ impl BindSpec {
 
 /// Listens on a duplicate of the inherited descriptor `fd`, which must be a
 /// listening stream socket (TCP or UNIX).
-fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>, h2c: bool) -> std::io::Result<Bound> {
+fn adopt(
+    fd: RawFd,
+    busy_accept_delay: Option<Duration>,
+    h2c: bool,
+    proxy: Option<ProxyVersion>,
+) -> std::io::Result<Bound> {
     let owned = crate::sys::duplicate(fd)?;
     let socket = Socket::from(owned);
     let not_a_listener = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a listening stream socket");
@@ -271,6 +321,7 @@ fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>, h2c: bool) -> std::io::
             listener: Listener::Tcp(listener),
             tls: None,
             h2c,
+            proxy,
         });
     }
     let path = local.as_pathname().map(PathBuf::from).ok_or_else(not_a_listener)?;
@@ -282,7 +333,28 @@ fn adopt(fd: RawFd, busy_accept_delay: Option<Duration>, h2c: bool) -> std::io::
         listener: Listener::Unix(socket.into(), PathBuf::new()),
         tls: None,
         h2c,
+        proxy,
     })
+}
+
+/// A number as Ruby's `Integer()` reads it (Puma's `umask=`): `0o`/`0`
+/// prefix octal, `0x` hexadecimal, `0b` binary, otherwise decimal.
+fn puma_integer(text: &str) -> Option<u32> {
+    let (digits, radix) = if let Some(rest) = text.strip_prefix("0o").or_else(|| text.strip_prefix("0O")) {
+        (rest, 8)
+    } else if let Some(rest) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        (rest, 16)
+    } else if let Some(rest) = text.strip_prefix("0b").or_else(|| text.strip_prefix("0B")) {
+        (rest, 2)
+    } else if text.len() > 1 && text.starts_with('0') {
+        (&text[1..], 8)
+    } else {
+        (text, 10)
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    u32::from_str_radix(digits, radix).ok().filter(|n| *n <= 0o7777)
 }
 
 /// Paths in a bind's query may be percent-encoded (`%20`, `%26`, ...).
@@ -337,9 +409,17 @@ fn bind_tcp(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
     Ok(socket.into())
 }
 
-fn bind_unix(path: &PathBuf, backlog: i32) -> std::io::Result<UnixListener> {
+fn bind_unix(path: &PathBuf, backlog: i32, mode: Option<u32>) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
     socket.bind(&socket2::SockAddr::unix(path)?)?;
+    // Before listen: until then a connect is refused, whatever the mode.
+    if let Some(mode) = mode {
+        if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)) {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    }
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
@@ -474,6 +554,50 @@ mod tests {
             err.contains(&format!("cannot read certificate {}", missing.display())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn parses_proxy_protocol_and_unix_permissions() {
+        let spec = BindSpec::parse("tcp://127.0.0.1:1?proxy_protocol=v1").unwrap();
+        assert_eq!(spec.proxy, Some(ProxyVersion::V1));
+        let spec = BindSpec::parse("fd://4?ssl=true&cert=/c&key=/k&proxy_protocol=v2").unwrap();
+        assert_eq!(spec.proxy, Some(ProxyVersion::V2));
+        assert_eq!(BindSpec::parse("tcp://h:1?proxy_protocol=off").unwrap().proxy, None);
+        assert_eq!(BindSpec::parse("unix:///s?umask=0111").unwrap().unix_mode, Some(0o666));
+        assert_eq!(BindSpec::parse("unix:///s?umask=0o027").unwrap().unix_mode, Some(0o750));
+        // Puma's Integer(): no leading zero is decimal (63 = 0o77).
+        assert_eq!(BindSpec::parse("unix:///s?umask=63").unwrap().unix_mode, Some(0o700));
+        assert_eq!(BindSpec::parse("unix:///s?mode=0660").unwrap().unix_mode, Some(0o660));
+        assert_eq!(BindSpec::parse("unix:///s?mode=666").unwrap().unix_mode, Some(0o666));
+        assert_eq!(
+            BindSpec::parse("unix:///s?umask=0077&mode=0666").unwrap().unix_mode,
+            Some(0o666)
+        );
+        for (uri, reason) in [
+            ("tcp://h:1?proxy_protocol=v3", "proxy_protocol must be"),
+            ("tcp://h:1?proxy_protocol", "proxy_protocol must be"),
+            ("unix:///s?umask=abc", "umask must be"),
+            ("unix:///s?umask=099", "umask must be"),
+            ("unix:///s?mode=0688", "mode must be"),
+            ("unix:///s?mode=", "mode must be"),
+            ("tcp://h:1?mode=0666", "for unix:// binds"),
+        ] {
+            let err = BindSpec::parse(uri).unwrap_err().to_string();
+            assert!(err.contains(reason), "{uri}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_unix_bind_gets_the_mode_asked_for() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for (query, expected) in [("mode=0600", 0o600), ("umask=0111", 0o666), ("mode=0666", 0o666)] {
+            let path = dir.path().join(format!("{expected:o}.sock"));
+            let uri = format!("unix://{}?{query}", path.display());
+            let _bound = BindSpec::parse(&uri).unwrap().bind(16).unwrap();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, expected, "{query}");
+        }
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Sockets: binding listeners, accepting (and handing accepts between
-//! cluster workers), TLS, and the client stream trait protocols write to.
+//! cluster workers), TLS, the PROXY protocol, and the client stream trait
+//! protocols write to.
 
 pub(crate) mod accept;
 pub(crate) mod accept_log;
 pub mod bind;
 pub mod client_io;
 pub(crate) mod linger;
+pub(crate) mod proxy_log;
+pub mod proxy_protocol;
 pub(crate) mod rewind;
 pub mod tls;
 pub(crate) mod tls_hijack;
