@@ -7,6 +7,8 @@
 # make h2spec  the HTTP/2 conformance suite alone (also part of make test)
 # make fleet   three instances behind HAProxy through restarts at 2,000 req/s;
 #             fails on a lost request or p99 > 3x (benchmark)
+# make gem     the source gem (built with cargo on install)
+# make native-gem  the platform gem for this Ruby (no Rust needed to install)
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
 # make bench-files  files (to_path, --public) beside nginx and Puma
 # make bench-websocket  rack.upgrade WebSockets beside faye on Puma, Iodine
@@ -36,7 +38,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem h2spec h2spec-install
+.PHONY: deps build run test chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -161,5 +163,12 @@ h2spec-install: deps
 h2spec: build h2spec-install
 	ruby -w -Ilib -Itest test/h2/h2spec_test.rb
 
+# The source gem: `gem install` builds the extension with cargo.
 gem:
 	gem build tsubame.gemspec
+
+# The platform gem (tsubame-VERSION-x86_64-linux.gem): the extension and
+# tsubame-bench built here, for this Ruby's minor version; `gem install`
+# compiles nothing and needs no Rust (docs/DEPLOY.md).
+native-gem: build
+	script/native_gem
