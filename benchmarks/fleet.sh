@@ -39,9 +39,10 @@
 # leaves out the overload phases. At the end Tsubame's rolling phases are
 # checked against the issue "Production deployment"'s target: no failed
 # request (non-2xx or connection error) in steady, usr2 and term, and each
-# of usr2's and term's p99 at most MAX_P99_RATIO (3) x steady's p99; the
-# figures are printed and the exit status is 1 when one is missed (Puma is
-# measured, never checked). `make fleet` runs that target: PEER=tsubame
+# of usr2's and term's p99 at most MAX_P99_RATIO (3) x steady's p99 (with
+# ROUNDS > 1: the median of the rounds' ratios; a failed request in any
+# round fails); the figures are printed and the exit status is 1 when one
+# is missed (Puma is measured, never checked). `make fleet` runs that target: PEER=tsubame
 # RATE=2000 THREADS=32 STEADY=30 OVERLOAD_S=0 (2,000 req/s is 42% of the
 # fleet's 4,800 req/s of capacity, 62% of the two instances left while one
 # restarts).

@@ -334,16 +334,20 @@ module Fleet
     end
 
     # The target of the issue "Production deployment" for `server`'s
-    # rounds: no failed request (non-2xx or connection error) in any
-    # phase, and the p99 of each rolling restart (usr2, term) at most
-    # max_ratio x the steady phase's p99 (the p99 before it). Returns the
-    # lines to print, each "ok" or "FAIL" with its figures, and whether all
-    # passed.
+    # rounds: no failed request (non-2xx or connection error) in any phase
+    # of any round, and the p99 of each rolling restart (usr2, term) at
+    # most max_ratio x the steady phase's p99 (the p99 before it). With
+    # several rounds the ratio checked is the median of the rounds' ratios
+    # (each is printed), so one round slowed by another process on a
+    # shared machine does not decide it; a lost request always does.
+    # Returns the lines to print, each "ok" or "FAIL" with its figures, and
+    # whether all passed.
     def check(root, server, max_ratio)
       runs = load(root)[server]
       return [["FAIL #{server}: no finished round under #{root}"], false] if runs.nil? || runs.empty?
 
       lines = []
+      ratios = Hash.new { |h, k| h[k] = [] }
       runs.each do |run|
         phases = run["phases"]
         steady = phases["steady"]
@@ -355,10 +359,19 @@ module Fleet
           ok = failed.zero?
           if p != "steady"
             ratio = v["p99"] / steady["p99"]
-            ok &&= ratio <= max_ratio
-            detail += " = #{fmt(ratio, 2)} x steady's #{fmt(steady["p99"])} ms (at most #{max_ratio})"
+            ratios[p] << ratio
+            ok &&= ratio <= max_ratio || runs.size > 1
+            detail += " = #{fmt(ratio, 2)} x steady's #{fmt(steady["p99"])} ms"
+            detail += " (at most #{max_ratio})" if runs.size == 1
           end
           lines << format("%-4s %s round %s %-6s %s", ok ? "ok" : "FAIL", server, run["round"], p, detail)
+        end
+      end
+      if runs.size > 1
+        ratios.each do |p, values|
+          med = median(values)
+          lines << format("%-4s %s median of %d rounds: %s p99 %s x steady (at most %s)",
+                          med <= max_ratio ? "ok" : "FAIL", server, values.size, p, fmt(med, 2), max_ratio)
         end
       end
       [lines, lines.none? { |l| l.start_with?("FAIL") }]
