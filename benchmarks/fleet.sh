@@ -274,7 +274,8 @@ run_server() { # ROUND SERVER
 
 echo "fleet: $INSTANCES instances x -t $THREADS:$THREADS behind $(haproxy -v | head -1 | cut -d' ' -f1-3)," \
      "load $RATE req/s ($((RATE * 100 / CAPACITY))%) of $CAPACITY on $LOAD_PATH ($CONNECTIONS client connections)," \
-     "overload $OVERLOAD_RATE req/s on one instance, $FLEET_OVERLOAD_RATE req/s on the fleet"
+     "$(if [ "$OVERLOAD_S" = 0 ]; then echo "no overload phases"; else
+          echo "overload $OVERLOAD_RATE req/s on one instance, $FLEET_OVERLOAD_RATE req/s on the fleet"; fi)"
 echo "tsubame: $(ruby -Ilib -rtsubame/version -e 'print Tsubame::VERSION') ${SHUTDOWN_ARGS[*]:-(no --shutdown-delay in this build)} $TSUBAME_ARGS;" \
      "puma: $(puma --version 2>/dev/null | head -1 | cut -d' ' -f3)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   cores: $(nproc)   rounds: $ROUNDS   files: $OUT"
