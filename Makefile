@@ -7,7 +7,10 @@
 # make soak   a million mixed requests in cluster mode; RSS, fds, threads
 # make fuzz   libFuzzer targets over request parsing and response heads
 # make h2spec  the HTTP/2 conformance suite alone (also part of make test)
-# make fleet   three instances behind HAProxy through restarts (benchmark)
+# make fleet   three instances behind HAProxy through restarts at 2,000 req/s;
+#             fails on a lost request or p99 > 3x (benchmark)
+# make gem     the source gem (built with cargo on install)
+# make native-gem  the platform gem for this Ruby (no Rust needed to install)
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
 # make bench-files  files (to_path, --public) beside nginx and Puma
 # make bench-websocket  rack.upgrade WebSockets beside faye on Puma, Iodine
@@ -46,7 +49,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -166,10 +169,14 @@ bench-websocket: deps build
 bench-peers: deps build
 	benchmarks/peers.sh
 
-# Three instances behind HAProxy: steady load, rolling USR2, rolling
-# TERM+start, readiness under overload; Tsubame then Puma (~5 min a round).
+# Three Tsubame instances behind HAProxy at a steady 2,000 req/s through a
+# rolling USR2 and a rolling TERM+start; fails (exit 1, with the figures)
+# on any failed request or a restart's p99 above 3x the steady p99 (~2 min).
+# Each setting can be overridden from the environment (ROUNDS=3 make fleet);
+# benchmarks/fleet.sh alone runs the longer study (overload, Puma).
 fleet: deps build
-	benchmarks/fleet.sh
+	PEER=$${PEER:-tsubame} RATE=$${RATE:-2000} THREADS=$${THREADS:-32} STEADY=$${STEADY:-30} \
+	  OVERLOAD_S=$${OVERLOAD_S:-0} MAX_P99_RATIO=$${MAX_P99_RATIO:-3} benchmarks/fleet.sh
 
 # h2spec is a Go program: installed into GOPATH/bin once, with go install.
 # test/h2/h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
@@ -185,5 +192,12 @@ h2spec-install: deps
 h2spec: build h2spec-install
 	ruby -w -Ilib -Itest test/h2/h2spec_test.rb
 
+# The source gem: `gem install` builds the extension with cargo.
 gem:
 	gem build tsubame.gemspec
+
+# The platform gem (tsubame-VERSION-x86_64-linux.gem): the extension and
+# tsubame-bench built here, for this Ruby's minor version; `gem install`
+# compiles nothing and needs no Rust (docs/DEPLOY.md).
+native-gem: build
+	script/native_gem

@@ -35,6 +35,18 @@
 # connection without an answer or a log line, for the client to retry: the
 # client counts "connection closed early" (conn-err).
 #
+# RATE sets the load in req/s directly (instead of LOAD_PCT); OVERLOAD_S=0
+# leaves out the overload phases. At the end Tsubame's rolling phases are
+# checked against the issue "Production deployment"'s target: no failed
+# request (non-2xx or connection error) in steady, usr2 and term, and each
+# of usr2's and term's p99 at most MAX_P99_RATIO (3) x steady's p99 (with
+# ROUNDS > 1: the median of the rounds' ratios; a failed request in any
+# round fails); the figures are printed and the exit status is 1 when one
+# is missed (Puma is measured, never checked). `make fleet` runs that target: PEER=tsubame
+# RATE=2000 THREADS=32 STEADY=30 OVERLOAD_S=0 (2,000 req/s is 42% of the
+# fleet's 4,800 req/s of capacity, 62% of the two instances left while one
+# restarts).
+#
 # Servers: Tsubame with --readiness-check-path /ready (and
 # --shutdown-delay SHUTDOWN_DELAY when exe/tsubame has that option), and
 # Puma 5.6 (Debian's), whose readiness check is GET / (it has no readiness
@@ -43,6 +55,7 @@
 #   benchmarks/fleet.sh                                  # both, 1 round
 #   ROUNDS=3 benchmarks/fleet.sh                         # medians of 3
 #   PEER=puma STEADY=10 OVERLOAD_S=3 benchmarks/fleet.sh # a quick look
+#   PEER=tsubame RATE=2000 THREADS=32 OVERLOAD_S=0 benchmarks/fleet.sh  # make fleet
 # The files (bench reports, HAProxy stats and logs, server logs) stay in
 # OUT (default: a new /tmp/fleet.XXXXXX); the last line names it.
 set -euo pipefail
@@ -69,7 +82,8 @@ BENCH=lib/tsubame/tsubame-bench
 HELPER=benchmarks/fleet_helper.rb
 LOAD_PATH="/io?ms=$DELAY_MS"
 CAPACITY=$((INSTANCES * THREADS * 1000 / DELAY_MS))
-RATE=$((CAPACITY * LOAD_PCT / 100))
+RATE=${RATE:-$((CAPACITY * LOAD_PCT / 100))}
+MAX_P99_RATIO=${MAX_P99_RATIO:-3}
 OVERLOAD_RATE=$((THREADS * 1000 / DELAY_MS * OVERLOAD_PCT / 100))
 FLEET_OVERLOAD_RATE=$((CAPACITY * OVERLOAD_PCT / 100))
 HAPROXY_PORT=$BASE_PORT
@@ -243,6 +257,7 @@ run_server() { # ROUND SERVER
   for n in $(seq 1 "$INSTANCES"); do term_instance "$n"; done
   phase_end term interrupt
 
+  if [ "$OVERLOAD_S" = 0 ]; then stop_all; return 0; fi
   local p1; p1=$(port_of 1)
   echo "round $1 $SERVER: ${OVERLOAD_PCT}% of one instance for ${OVERLOAD_S}s, straight to it" >&2
   ruby "$HELPER" overload "http://127.0.0.1:$p1$LOAD_PATH" "$OVERLOAD_RATE" "$OVERLOAD_S" \
@@ -258,8 +273,9 @@ run_server() { # ROUND SERVER
 }
 
 echo "fleet: $INSTANCES instances x -t $THREADS:$THREADS behind $(haproxy -v | head -1 | cut -d' ' -f1-3)," \
-     "load ${LOAD_PCT}% = $RATE req/s of $CAPACITY on $LOAD_PATH ($CONNECTIONS client connections)," \
-     "overload $OVERLOAD_RATE req/s on one instance, $FLEET_OVERLOAD_RATE req/s on the fleet"
+     "load $RATE req/s ($((RATE * 100 / CAPACITY))%) of $CAPACITY on $LOAD_PATH ($CONNECTIONS client connections)," \
+     "$(if [ "$OVERLOAD_S" = 0 ]; then echo "no overload phases"; else
+          echo "overload $OVERLOAD_RATE req/s on one instance, $FLEET_OVERLOAD_RATE req/s on the fleet"; fi)"
 echo "tsubame: $(ruby -Ilib -rtsubame/version -e 'print Tsubame::VERSION') ${SHUTDOWN_ARGS[*]:-(no --shutdown-delay in this build)} $TSUBAME_ARGS;" \
      "puma: $(puma --version 2>/dev/null | head -1 | cut -d' ' -f3)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   cores: $(nproc)   rounds: $ROUNDS   files: $OUT"
@@ -271,3 +287,7 @@ echo
 ruby "$HELPER" report "$OUT"
 echo
 echo "files: $OUT"
+if [[ " $SERVERS " == *" tsubame "* ]]; then
+  echo
+  ruby "$HELPER" check "$OUT" tsubame "$MAX_P99_RATIO"
+fi

@@ -16,6 +16,10 @@
 #                                     PROBE_URL is polled every 50 ms; writes
 #                                     when it first failed and when it recovered
 #   ruby fleet_helper.rb report DIR   the table, from the files fleet.sh wrote
+#   ruby fleet_helper.rb check DIR SERVER MAX_P99_RATIO
+#                                     no failed request, and the rolling
+#                                     restarts' p99 within MAX_P99_RATIO x the
+#                                     steady p99; exit 1 otherwise
 require "json"
 require "net/http"
 require "socket"
@@ -244,11 +248,14 @@ module Fleet
       rounds.each do |round|
         Dir.children(File.join(root, round)).sort_by { |s| s == "tsubame" ? "" : s }.each do |server|
           dir = File.join(root, round, server)
-          next unless File.exist?(File.join(dir, "overload-haproxy.stat1.json"))
+          next unless File.exist?(File.join(dir, "term.stat1.json"))
 
+          # The overload phases are left out with OVERLOAD_S=0.
+          overloads = File.exist?(File.join(dir, "overload-haproxy.stat1.json")) &&
+                      OVERLOADS.to_h { |via| [via, overload(dir, via)] }
           results[server] << { "round" => round.delete_prefix("round"),
                                "phases" => PHASES.to_h { |p| [p, phase(dir, p)] },
-                               "overload" => OVERLOADS.to_h { |via| [via, overload(dir, via)] } }
+                               "overload" => overloads || nil }
         end
       end
       results
@@ -294,6 +301,13 @@ module Fleet
           out.puts "#{" " * 16}failures: #{failures.join("; ")}" unless failures.empty?
         end
       end
+      print_overloads(results.transform_values { |runs| runs.select { |run| run["overload"] } }
+                             .reject { |_, runs| runs.empty? }, out)
+    end
+
+    def print_overloads(results, out)
+      return if results.empty?
+
       out.puts
       out.puts "readiness of instance 1 under #{OVERLOADS.map { |via| overload_label(results, via) }.join(" and ")} " \
                "(polled every 50 ms, 0.5 s timeout):"
@@ -317,6 +331,50 @@ module Fleet
                           seconds(med.("recover_after_s") || "-"), "", "", "", "", "")
         end
       end
+    end
+
+    # The target of the issue "Production deployment" for `server`'s
+    # rounds: no failed request (non-2xx or connection error) in any phase
+    # of any round, and the p99 of each rolling restart (usr2, term) at
+    # most max_ratio x the steady phase's p99 (the p99 before it). With
+    # several rounds the ratio checked is the median of the rounds' ratios
+    # (each is printed), so one round slowed by another process on a
+    # shared machine does not decide it; a lost request always does.
+    # Returns the lines to print, each "ok" or "FAIL" with its figures, and
+    # whether all passed.
+    def check(root, server, max_ratio)
+      runs = load(root)[server]
+      return [["FAIL #{server}: no finished round under #{root}"], false] if runs.nil? || runs.empty?
+
+      lines = []
+      ratios = Hash.new { |h, k| h[k] = [] }
+      runs.each do |run|
+        phases = run["phases"]
+        steady = phases["steady"]
+        PHASES.each do |p|
+          v = phases[p]
+          failed = v["non2xx"] + v["conn_errors"]
+          detail = "#{v["requests"]} requests, #{failed} failed#{" #{v["failures"]}" if failed.positive?}, " \
+                   "p99 #{fmt(v["p99"])} ms"
+          ok = failed.zero?
+          if p != "steady"
+            ratio = v["p99"] / steady["p99"]
+            ratios[p] << ratio
+            ok &&= ratio <= max_ratio || runs.size > 1
+            detail += " = #{fmt(ratio, 2)} x steady's #{fmt(steady["p99"])} ms"
+            detail += " (at most #{max_ratio})" if runs.size == 1
+          end
+          lines << format("%-4s %s round %s %-6s %s", ok ? "ok" : "FAIL", server, run["round"], p, detail)
+        end
+      end
+      if runs.size > 1
+        ratios.each do |p, values|
+          med = median(values)
+          lines << format("%-4s %s median of %d rounds: %s p99 %s x steady (at most %s)",
+                          med <= max_ratio ? "ok" : "FAIL", server, values.size, p, fmt(med, 2), max_ratio)
+        end
+      end
+      [lines, lines.none? { |l| l.start_with?("FAIL") }]
     end
 
     def overload_label(results, via)
@@ -349,7 +407,12 @@ if $PROGRAM_NAME == __FILE__
     File.write(out, JSON.generate(result))
   when "report"
     Fleet::Report.print_table(args.fetch(0))
+  when "check"
+    lines, passed = Fleet::Report.check(args.fetch(0), args.fetch(1), Float(args.fetch(2)))
+    puts lines
+    puts passed ? "fleet: target met" : "fleet: target missed"
+    exit(passed ? 0 : 1)
   else
-    abort "usage: ruby #{$PROGRAM_NAME} config|stat|wait-up|overload|report ... (see the comment at the top)"
+    abort "usage: ruby #{$PROGRAM_NAME} config|stat|wait-up|overload|report|check ... (see the comment at the top)"
   end
 end

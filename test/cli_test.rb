@@ -28,6 +28,27 @@ class CLITest < Minitest::Test
     %w[-b -p -t -e -C -q -v -V -h].each { |flag| assert_match(/^\s+#{flag}, --/, stdout) }
   end
 
+  def test_help_lists_the_subcommands
+    stdout, stderr, status = run_tsubame("--help")
+    assert_equal 0, status.exitstatus
+    assert_empty stderr
+    block = stdout[/^Subcommands:\n((?:    \S.*\n)+)/, 1]
+    refute_nil block, "no Subcommands: block in:\n#{stdout}"
+    assert_equal %w[bench tune ctl], block.lines.map { |line| line.split.first }
+    assert_match(/^Usage: tsubame .*\n\s+tsubame bench\|tune\|ctl /, stdout)
+  end
+
+  # Each subcommand listed there exists and has its own help.
+  def test_subcommand_help
+    { "bench" => /\AUsage: tsubame bench /, "tune" => /\AUsage: tsubame tune /,
+      "ctl" => /\AUsage: tsubame ctl / }.each do |name, usage|
+      stdout, stderr, status = run_tsubame(name, "--help")
+      assert_equal 0, status.exitstatus, "tsubame #{name} --help: #{stderr}"
+      assert_empty stderr, "tsubame #{name} --help"
+      assert_match usage, stdout
+    end
+  end
+
   def test_short_help
     stdout, _, status = run_tsubame("-h")
     assert_equal 0, status.exitstatus

@@ -16,6 +16,14 @@ module Tsubame
   class CLI
     LAYER = :cli
 
+    # `tsubame NAME ...` runs another program, each with its own --help;
+    # listed at the end of `tsubame --help`.
+    SUBCOMMANDS = {
+      "bench" => "HTTP load generator, open loop with -r (tsubame bench --help)",
+      "tune" => "Find the workers and threads that serve the most within an SLO (tsubame tune --help)",
+      "ctl" => "Talk to a running server's control app, like pumactl (tsubame ctl --help)"
+    }.freeze
+
     def initialize(argv, stdout: $stdout, stderr: $stderr, env: ENV)
       @argv = argv.dup
       @stdout = stdout
@@ -58,14 +66,22 @@ module Tsubame
       OptionParser.new do |o|
         o.program_name = "tsubame"
         o.version = VERSION
-        o.banner = "Usage: tsubame [options] [rackup file (default: ./config.ru)]"
+        o.banner = "Usage: tsubame [options] [rackup file (default: ./config.ru)]\n" \
+                   "       tsubame #{SUBCOMMANDS.keys.join("|")} [options] ..."
         o.separator ""
         listen_flags(o)
         tuning_flags(o)
         config_flags(o)
         cluster_flags(o)
         info_flags(o)
+        subcommands(o)
       end
+    end
+
+    def subcommands(opts)
+      opts.separator ""
+      opts.separator "Subcommands:"
+      SUBCOMMANDS.each { |name, summary| opts.separator format("    %-7s %s", name, summary) }
     end
 
     def listen_flags(opts)
