@@ -33,7 +33,11 @@ NATIVE_SO := lib/tsubame/tsubame_native.so
 CARGO_BENCH := $(TARGET_DIR)/release/tsubame-bench
 BENCH_BIN := lib/tsubame/tsubame-bench
 
-RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
+RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.reject { |f| f.start_with?("test/realtime/") }.each { |f| require File.expand_path(f) }'
+# ActionCable with a thousand clients: alone after the two suites (beside
+# them, its timings measure the other suite), and under Debian's Rack 2
+# only, since Rails 6.1 (actionpack) requires Rack 2.
+REALTIME_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/realtime/*_test.rb"].sort.each { |f| require File.expand_path(f) }'
 
 # Rack 3.2.7, vendored unmodified beside the project (tests only: the gem
 # itself uses whatever Rack the user installs). TSUBAME_TEST_RACK_LIB puts
@@ -106,6 +110,8 @@ test: deps build h2spec-install
 	if [ -n "$$rack3" ]; then wait $$rack3 || status=1; else status=1; fi; \
 	echo "=== Ruby suite, Debian's Rack 2 ==="; cat $(TEST_LOGS)/ruby-rack2.log; \
 	echo "=== Ruby suite, Rack 3 ($(RACK3_LIB)) ==="; cat $(TEST_LOGS)/ruby-rack3.log; \
+	echo "=== ActionCable (Rails 6.1, Debian's Rack 2) ==="; \
+	$(REALTIME_TESTS) || status=1; \
 	exit $$status
 
 test-rack3: deps build h2spec-install

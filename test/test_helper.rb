@@ -140,19 +140,7 @@ module Tsubame
     end
 
     def read_all(sock, timeout)
-      out = +""
-      deadline = Time.now + timeout
-      loop do
-        left = deadline - Time.now
-        break if left <= 0 || !sock.wait_readable(left)
-
-        chunk = sock.read_nonblock(65_536, exception: false)
-        break if chunk.nil?
-        next if chunk == :wait_readable
-
-        out << chunk
-      end
-      out
+      TestHelpers.read_until_close(sock, timeout).first
     end
 
     def signal(name)
@@ -182,6 +170,27 @@ module Tsubame
   end
 
   module TestHelpers
+    # [bytes, whether the server closed the connection within timeout].
+    def self.read_until_close(sock, timeout)
+      out = +"".b
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      loop do
+        left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        return [out, false] if left <= 0 || !sock.wait_readable(left)
+
+        chunk = sock.read_nonblock(65_536, exception: false)
+        return [out, true] if chunk.nil?
+
+        out << chunk unless chunk == :wait_readable
+      end
+    rescue Errno::ECONNRESET
+      [out, true]
+    end
+
+    def read_until_close(sock, timeout)
+      TestHelpers.read_until_close(sock, timeout)
+    end
+
     def monotonic
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end

@@ -338,7 +338,7 @@ class ConfigTest < Minitest::Test
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
         trust_forwarded_proto: true, proxy_protocol: nil, remote_address_header: "X-Real-IP", remote_address_value: nil,
         trusted_proxies: ["10.0.0.0/8", "::1"],
-        public_dir: "/tmp", public_index: true, public_immutable: "\.v\d+\.",
+        public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
         compress: true, compress_min_size: 256, compress_types: ["text/html"],
         websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0,
         upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0

@@ -23,7 +23,7 @@ class UnixSocketTest < Minitest::Test
         end
         sock = UNIXSocket.new(paths["umask=0111"])
         sock.write(request)
-        assert_match(/\r\n\r\n127\.0\.0\.1\z/, read_until_close(sock, 5))
+        assert_match(/\r\n\r\n127\.0\.0\.1\z/, read_until_close(sock, 5).first)
         sock.close
       end
     end

@@ -13,8 +13,10 @@ class RackProtocolTest < Minitest::Test
     run lambda { |env|
       offered = env["rack.protocol"]
       if env["PATH_INFO"] == "/echo" && offered&.include?("line-echo")
+        # Only the SPEC's stream methods (Rack 3's Lint allows no more):
+        # six-byte lines, echoed in capitals.
         body = lambda do |io|
-          while (line = io.gets)
+          while (line = io.read(6))
             io.write(line.upcase)
           end
           io.close

@@ -38,23 +38,6 @@ module Tsubame
       sock&.close
     end
 
-    # [bytes, whether the server closed the connection within timeout].
-    def read_until_close(sock, timeout)
-      out = +"".b
-      deadline = Time.now + timeout
-      loop do
-        left = deadline - Time.now
-        return [out, false] if left <= 0 || !sock.wait_readable(left)
-
-        chunk = sock.read_nonblock(65_536, exception: false)
-        return [out, true] if chunk.nil?
-
-        out << chunk unless chunk == :wait_readable
-      end
-    rescue Errno::ECONNRESET
-      [out, true]
-    end
-
     def parse_reply(data, closed, head: false)
       head_end = data.index("\r\n\r\n")
       return Reply.new(status_line: nil, headers: [], body: data, complete: false, closed: closed, raw: data) unless head_end

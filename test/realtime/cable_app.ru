@@ -52,14 +52,18 @@ end
 
 CableApp.initialize!
 
+# With its length: the Python clients read plain, unchunked bodies, and
+# Rack::Lint (around every test app) hides an Array body's length on Rack 2.
+TEXT_RESPONSE = ->(text) { [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]] }
+
 CableApp.routes.draw do
-  get "/ping", to: ->(_env) { [200, { "content-type" => "text/plain" }, ["pong #{Process.pid}"]] }
-  get "/pid", to: ->(_env) { [200, { "content-type" => "text/plain" }, [Process.pid.to_s]] }
+  get "/ping", to: ->(_env) { TEXT_RESPONSE.call("pong #{Process.pid}") }
+  get "/pid", to: ->(_env) { TEXT_RESPONSE.call(Process.pid.to_s) }
   get "/broadcast", to: lambda { |env|
     params = Rack::Utils.parse_query(env["QUERY_STRING"])
     ActionCable.server.broadcast("chat", { "text" => params["text"].to_s, "id" => params["id"].to_s,
                                            "pid" => Process.pid })
-    [200, { "content-type" => "text/plain" }, ["#{Process.pid} #{ChatStats.subscribers}"]]
+    TEXT_RESPONSE.call("#{Process.pid} #{ChatStats.subscribers}")
   }
 end
 

@@ -57,20 +57,17 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
                     // After our close: read for the client's, drop the rest.
                     drop(data);
                 }
-                Ok(Some(Message::Text(data))) => {
+                Ok(Some(message @ (Message::Text(_) | Message::Binary(_)))) => {
                     if !rate.allow() {
                         phase = close(&mut frames, 1008, "message rate limit");
                         break;
                     }
-                    s.event(EventKind::Message { text: true }, Some(data));
-                    waiting = true;
-                }
-                Ok(Some(Message::Binary(data))) => {
-                    if !rate.allow() {
-                        phase = close(&mut frames, 1008, "message rate limit");
-                        break;
-                    }
-                    s.event(EventKind::Message { text: false }, Some(data));
+                    let (text, data) = match message {
+                        Message::Text(data) => (true, data),
+                        Message::Binary(data) => (false, data),
+                        _ => continue,
+                    };
+                    s.event(EventKind::Message { text }, Some(data));
                     waiting = true;
                 }
                 Ok(Some(Message::Ping(data))) => encode(OpCode::Pong, &data, &mut frames),
