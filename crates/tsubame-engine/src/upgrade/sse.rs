@@ -25,7 +25,15 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
     let mut scratch = [0u8; 512];
     let mut last_sent = Instant::now();
     let mut drained_due = false;
+    let stopped = s.stopped();
+    tokio::pin!(stopped);
+    let timer = tokio::time::sleep_until((last_sent + s.settings.ping_interval).into());
+    tokio::pin!(timer);
     loop {
+        let due = last_sent + s.settings.ping_interval;
+        if timer.deadline() != due.into() {
+            timer.as_mut().reset(due.into());
+        }
         if drained_due && !waiting && !shutting_down {
             drained_due = false;
             if s.out.wants_drained.load(std::sync::atomic::Ordering::Acquire) {
@@ -75,8 +83,8 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
                     break;
                 }
             }
-            _ = s.stopped(), if !shutdown_asked => shutdown_asked = true,
-            _ = tokio::time::sleep_until((last_sent + s.settings.ping_interval).into()) => {
+            _ = &mut stopped, if !shutdown_asked => shutdown_asked = true,
+            _ = &mut timer => {
                 // A comment line: keeps proxies from timing the stream out
                 // and finds a client that left.
                 if write(io, b":\n\n").await.is_err() {

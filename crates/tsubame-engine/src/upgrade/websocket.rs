@@ -49,6 +49,12 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
     let mut rate = Rate::new(s.settings.max_rate);
     s.event(EventKind::Open, None);
     let mut waiting = true;
+    // Made once and kept: a broadcast wakes every connection, and a new
+    // timer and stop waiter per wake-up cost more than the frame itself.
+    let stopped = s.stopped();
+    tokio::pin!(stopped);
+    let timer = tokio::time::sleep_until(last_heard.into());
+    tokio::pin!(timer);
     'session: loop {
         // Messages already read, while Ruby is free for the next one.
         while !waiting && phase != Phase::ShuttingDown {
@@ -114,10 +120,13 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
             phase = close(&mut frames, 1001, "server shutting down");
             continue;
         }
-        let timer = match phase {
+        let due = match phase {
             Phase::Closing(until) => until,
             _ => last_heard + s.settings.ping_interval,
         };
+        if timer.deadline() != due.into() {
+            timer.as_mut().reset(due.into());
+        }
         let read_allowed = !waiting || matches!(phase, Phase::Closing(_));
         if read_allowed {
             buf.reserve(READ_CHUNK);
@@ -163,8 +172,8 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
                     }
                 }
             }
-            _ = s.stopped(), if !shutdown_asked => shutdown_asked = true,
-            _ = tokio::time::sleep_until(timer.into()) => {
+            _ = &mut stopped, if !shutdown_asked => shutdown_asked = true,
+            _ = &mut timer => {
                 match phase {
                     Phase::Closing(_) => break,
                     _ if ping_out => break,
