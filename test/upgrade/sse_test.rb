@@ -31,4 +31,24 @@ class UpgradeSseTest < Minitest::Test
       end
     end
   end
+
+  def test_a_stop_calls_on_shutdown_and_ends_the_stream
+    Dir.mktmpdir do |dir|
+      log = File.join(dir, "events")
+      with_server(APP, env: { "TSUBAME_TEST_EVENTS" => log }) do |server|
+        sock = server.socket
+        sock.write("GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+        got = +""
+        got << sock.readpartial(4096) until got.include?("data: welcome\n\n")
+        server.signal("TERM")
+        rest, closed = read_until_close(sock, 10)
+        assert closed, "the stream ended"
+        assert_equal "data: bye\n\n", rest, "on_shutdown may still write"
+        assert_equal 0, Timeout.timeout(10) { Process.wait2(server.pid).last }.exitstatus
+        assert_equal ["open sse", "shutdown", "close false"], events(log)
+      ensure
+        sock&.close
+      end
+    end
+  end
 end

@@ -124,8 +124,13 @@ class UpgradeWebSocketTest < Minitest::Test
       assert_match(%r{\AHTTP/1.1 426 }, client.response_head)
       assert_match(/^sec-websocket-version: 13\r$/i, client.response_head)
       assert wait_until { events(log) == ["close false"] }, "only on_close: #{events(log).inspect}"
+      # A second key (RFC 6455 allows one): 400, and again only on_close.
+      other = Client.new(server.port, headers: { "Sec-WebSocket-Key" => "AAAAAAAAAAAAAAAAAAAAAA==" })
+      assert_match(%r{\AHTTP/1.1 400 }, other.response_head)
+      assert wait_until { events(log) == ["close false", "close false"] }, events(log).inspect
     ensure
       client&.close
+      other&.close
     end
   end
 end
