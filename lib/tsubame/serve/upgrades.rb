@@ -24,6 +24,9 @@ module Tsubame
     CALLBACKS = { open: :on_open, message: :on_message, drained: :on_drained,
                   shutdown: :on_shutdown, close: :on_close }.freeze
 
+    REQUEST_KEYS = %w[rack.input rack.hijack rack.hijack_io tsubame.request rack.response_finished
+                      rack.after_reply rack.early_hints].freeze
+
     class << self
       # The server whose connections Tsubame.publish reaches.
       attr_accessor :current
@@ -127,7 +130,7 @@ module Tsubame
     def take(request, env, handler)
       kind = env["rack.upgrade?"]
       id = @native.upgrade_open(handler.respond_to?(:on_drained))
-      connection = Connection.new(@native, id, env, kind)
+      connection = Connection.new(@native, id, connection_env(env), kind)
       @lock.synchronize do
         @handlers[id] = [handler, connection]
         @threads ||= Array.new(@thread_count) { |i| NamedThread.start("tsubame-upgrade-#{i}") { run } }
@@ -155,6 +158,14 @@ module Tsubame
     end
 
     private
+
+    # What the connection keeps of the env: the request's keys without the
+    # ones that hold the finished request itself (its body, the request
+    # object, the callback lists), so an idle connection does not keep
+    # them alive for as long as it stays open.
+    def connection_env(env)
+      env.reject { |key, _| REQUEST_KEYS.include?(key) }
+    end
 
     def run
       while (event = @native.next_upgrade_event)

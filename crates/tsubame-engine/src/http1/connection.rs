@@ -187,6 +187,10 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             reply
         };
         if let Reply::Upgrade { kind, id } = reply {
+            // These share the request's read buffer (16 KiB); held across
+            // the session's await they would keep it for the life of an
+            // idle WebSocket.
+            drop((method, target, accept_encoding));
             return crate::http1::upgraded::serve(io, buf, kind, id, websocket, &shared).await;
         }
         let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;

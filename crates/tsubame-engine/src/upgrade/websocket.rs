@@ -15,8 +15,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 /// How long the engine waits for the client's close frame after sending
 /// its own, before it drops the connection.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// Read room per connection: small, because idle connections keep it.
-const READ_CHUNK: usize = 1024;
+/// Read room per connection: small, because idle connections keep it; a
+/// larger frame gets room for itself once its header is read (the
+/// decoder reserves it, up to 64 KiB ahead).
+const READ_CHUNK: usize = 256;
 
 /// Where the session is.
 #[derive(PartialEq, Eq)]
