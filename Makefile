@@ -42,8 +42,11 @@ REALTIME_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/realtime/*_test.rb"].sort.e
 # Rack 3.2.7, vendored unmodified beside the project (tests only: the gem
 # itself uses whatever Rack the user installs). TSUBAME_TEST_RACK_LIB puts
 # it first for the tests and every server they start (test/test_helper.rb).
-RACK3_LIB := ../shared/vendor/rack-3.2.7/lib
-RACK3_MISSING := the vendored Rack 3 is missing: $(RACK3_LIB)/rack.rb not found (see ../shared/vendor/README.md)
+# Beside the checkout first; a clone made elsewhere (CI's) finds the
+# machine's shared folder; RACK3_LIB=DIR names another.
+RACK3_CANDIDATES := ../shared/vendor/rack-3.2.7/lib /work/shared/vendor/rack-3.2.7/lib /farm/in/shared/vendor/rack-3.2.7/lib
+RACK3_LIB ?= $(or $(patsubst %/rack.rb,%,$(firstword $(wildcard $(addsuffix /rack.rb,$(RACK3_CANDIDATES))))),../shared/vendor/rack-3.2.7/lib)
+RACK3_MISSING := the vendored Rack 3 is missing: no rack.rb in $(RACK3_CANDIDATES) (see ../shared/vendor/README.md)
 TEST_LOGS := $(TARGET_DIR)/test-logs
 
 CHAOS_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/chaos/*_chaos.rb"].sort.each { |f| require File.expand_path(f) }'
