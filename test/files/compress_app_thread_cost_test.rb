@@ -99,9 +99,16 @@ class CompressAppThreadCostTest < Minitest::Test
       assert_operator gzip_process - plain_process, :>, 0.1,
                       "process CPU: #{plain_process} s plain, #{gzip_process} s gzip"
       assert_operator gzip_process, :>, plain_process * 1.5
-      # None of it on the app thread: within noise of the plain batch.
-      assert_operator gzip_thread, :<=, plain_thread * 1.3 + 0.005,
-                      "app thread CPU: #{plain_thread} s plain, #{gzip_thread} s gzip"
+      # None of it on the app thread. Compared with what compression cost
+      # the process, not with the plain batch alone: on a loaded 2-core
+      # machine (both test suites at once) the app thread's few
+      # milliseconds grow with the compressing threads beside it (it ran
+      # 12 ms plain, 22 ms gzip there, against about 200 ms of
+      # compression), while compressing on the app thread would add all
+      # of that 200 ms to it.
+      compression = gzip_process - plain_process
+      assert_operator gzip_thread - plain_thread, :<, compression * 0.1,
+                      "app thread CPU: #{plain_thread} s plain, #{gzip_thread} s gzip; compression #{compression} s"
     ensure
       client&.close
     end
