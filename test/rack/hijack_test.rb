@@ -101,8 +101,10 @@ class RackHijackTest < Minitest::Test
     with_server(APP, env: { "EVENT_LOG" => @log }, lint: false, &block)
   end
 
-  def log_with(text)
-    wait_for_file(@log) { |t| t.include?(text) }.to_s
+  # The log once it holds every one of `texts` (callbacks may write one
+  # after the other).
+  def log_with(*texts)
+    wait_for_file(@log) { |t| texts.all? { |text| t.include?(text) } }.to_s
   end
 
   def test_full_hijack_sends_exactly_the_apps_bytes
@@ -174,7 +176,7 @@ class RackHijackTest < Minitest::Test
     serve do |s|
       res = s.get("/finished")
       assert_equal "finished body", res.body
-      log = log_with("after_reply")
+      log = log_with("after_reply", "response_finished")
       assert_includes log, "response_finished /finished 200 m1 nil\n"
       assert_includes log, "after_reply\n"
     end

@@ -24,7 +24,10 @@ class UpgradeLimitsTest < Minitest::Test
           writes += 1 while writes < 2000 && conn.write(chunk)
           record.call("refused after #{writes} open=#{conn.open?} pending=#{conn.pending}")
         when "big"
-          conn.write("b" * 3_000_000)
+          # More than loopback's socket buffers take while the client
+          # does not read (a 4 MiB send buffer here, and the receiver's
+          # default), less than upgrade_max_pending (16 MiB).
+          conn.write("b" * 14_000_000)
           record.call("pending #{conn.pending}")
         else conn.write(data)
         end
@@ -90,8 +93,8 @@ class UpgradeLimitsTest < Minitest::Test
       client = Client.new(server.port)
       client.text("big")
       assert wait_until { events(log).grep(/\Apending/).any? }
-      assert_operator events(log).grep(/\Apending/).first[/\d+/].to_i, :>, 0, "3 MB could not all be sent at once"
-      assert_equal 3_000_000, client.read_message(timeout: 10).bytesize
+      assert_operator events(log).grep(/\Apending/).first[/\d+/].to_i, :>, 0, "14 MB could not all be sent at once"
+      assert_equal 14_000_000, client.read_message(timeout: 20).bytesize
       assert wait_until { events(log).include?("drained 0") }, events(log).inspect
     ensure
       client&.close
