@@ -44,7 +44,9 @@ module Tsubame
         when "/threads" then [200, { "content-type" => "text/plain" }, [Thread.list.size.to_s]]
         when "/publish"
           params = Rack::Utils.parse_query(env["QUERY_STRING"])
-          count = Tsubame.publish(params.fetch("channel"), params.fetch("message"))
+          message = params.fetch("message")
+          message = message.b if params["binary"]
+          count = Tsubame.publish(params.fetch("channel"), message)
           [200, { "content-type" => "text/plain" }, [count.to_s]]
         else
           if env["rack.upgrade?"]

@@ -98,6 +98,9 @@ class UpgradeWebSocketTest < Minitest::Test
       count = Integer(server.get("/publish?channel=chat&message=everyone").body)
       assert_includes pids.values.map(&:size), count, "the count is the publishing worker's own subscribers"
       clients.each { |c| assert_equal "everyone", c.read_message }
+      # Binary crosses the master as base64 and arrives as a binary frame.
+      server.get("/publish?channel=chat&message=%00%FFraw&binary=1")
+      clients.each { |c| assert_equal [2, "\x00\xFFraw".b], c.read_frame }
     ensure
       clients&.each(&:close)
     end
