@@ -88,7 +88,6 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     request.define_method("seq", method!(request::Request::seq, 0))?;
     request.define_method("deadline=", method!(request::Request::set_deadline, 1))?;
     request.define_method("deadline", method!(request::Request::deadline, 0))?;
-    request.define_method("upgrade_kind", method!(request::Request::upgrade_kind, 0))?;
     request.define_method("upgrade", method!(request::Request::upgrade, 2))?;
 
     let stream = native.define_class("Stream", ruby.class_object())?;

@@ -36,6 +36,7 @@ pub struct Keys {
     rack_after_reply: Opaque<RString>,
     rack_url_scheme: Opaque<RString>,
     rack_hijack_p: Opaque<RString>,
+    rack_upgrade_p: Opaque<RString>,
     https_key: Opaque<RString>,
     https: Opaque<RString>,
     http: Opaque<RString>,
@@ -90,6 +91,7 @@ pub fn init(ruby: &Ruby) {
         rack_after_reply: k("rack.after_reply"),
         rack_url_scheme: k("rack.url_scheme"),
         rack_hijack_p: k("rack.hijack?"),
+        rack_upgrade_p: k("rack.upgrade?"),
         https_key: k("HTTPS"),
         https: k("https"),
         http: k("http"),
@@ -333,12 +335,33 @@ pub fn build(
     } else {
         set(k.rack_hijack, request);
     }
+    if let Some(kind) = upgrade_offer(head) {
+        set(k.rack_upgrade_p, ruby.to_symbol(kind).as_value());
+    }
     set(k.tsubame_request, request);
     let finished = ruby.ary_new();
     set(k.rack_response_finished, finished.as_value());
     set(k.rack_after_reply, finished.as_value());
     pairs.insert_into(env);
     Ok(env)
+}
+
+/// What `rack.upgrade?` offers: "websocket" for an HTTP/1.1 WebSocket
+/// upgrade request, "sse" for a GET that accepts `text/event-stream`,
+/// nothing otherwise (and never on HTTP/2). Part of the env the engine
+/// builds anyway, so a plain request pays two header scans, no call.
+fn upgrade_offer(head: &RequestHead) -> Option<&'static str> {
+    if head.version == Version::Http2 {
+        return None;
+    }
+    if tsubame_engine::ws::handshake::is_upgrade_request(head) {
+        return Some("websocket");
+    }
+    let sse = &head.method[..] == b"GET"
+        && head
+            .header(b"accept")
+            .is_some_and(|accept| accept.windows(17).any(|w| w.eq_ignore_ascii_case(b"text/event-stream")));
+    sse.then_some("sse")
 }
 
 /// The first value of `X-Forwarded-Proto` (a proxy chain lists the

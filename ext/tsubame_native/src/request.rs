@@ -19,7 +19,7 @@ use tsubame_engine::dispatch::job::JobState;
 use tsubame_engine::dispatch::reply::UpgradeKind;
 use tsubame_engine::dispatch::stream_channel::stream_channel;
 use tsubame_engine::message::body::Body;
-use tsubame_engine::message::head::{RequestHead, Version};
+use tsubame_engine::message::head::RequestHead;
 use tsubame_engine::message::response::{status_has_no_body, FinishedHead, ResponseHead};
 use tsubame_engine::{ConnInfo, Job, Reply};
 
@@ -282,24 +282,6 @@ impl Request {
 
     pub fn is_hijacked(&self) -> bool {
         self.hijacked.get()
-    }
-
-    /// What `rack.upgrade?` offers for this request: :websocket for an
-    /// HTTP/1.1 WebSocket upgrade request, :sse for a GET that accepts
-    /// `text/event-stream`, else nil (and always nil on HTTP/2).
-    pub fn upgrade_kind(ruby: &Ruby, rb_self: &Self) -> Option<magnus::Symbol> {
-        let head = &rb_self.head;
-        if head.version == Version::Http2 {
-            return None;
-        }
-        if tsubame_engine::ws::handshake::is_upgrade_request(head) {
-            return Some(ruby.to_symbol("websocket"));
-        }
-        let sse = &head.method[..] == b"GET"
-            && head
-                .header(b"accept")
-                .is_some_and(|accept| accept.windows(17).any(|w| w.eq_ignore_ascii_case(b"text/event-stream")));
-        sse.then(|| ruby.to_symbol("sse"))
     }
 
     /// Hands the connection to the engine as an upgraded one (`kind`

@@ -253,9 +253,6 @@ module Tsubame
     def env_for(request)
       env = request.env(@base_env)
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
-      if (upgrade = request.upgrade_kind)
-        env["rack.upgrade?"] = upgrade
-      end
       # Rack 3.1's upgrade hint: the protocols the client's Upgrade header
       # offers, where the connection can be handed over (not TLS, not h2).
       if (offered = env["HTTP_UPGRADE"]) && env["rack.hijack"]

@@ -62,12 +62,7 @@ module Tsubame
       # (UTF-8). False when the connection is closed, or closing because
       # its client stopped reading (`upgrade_max_pending`).
       def write(data)
-        data = data.to_s
-        text = !data.encoding.equal?(Encoding::BINARY)
-        if text
-          data = data.encode(Encoding::UTF_8) unless data.encoding.equal?(Encoding::UTF_8)
-          raise ArgumentError, "a text message must be valid UTF-8 (send binary data as an ASCII-8BIT String)" unless data.valid_encoding?
-        end
+        data, text = Upgrades.message(data)
         @native.upgrade_write(@id, data, text)
       end
 
@@ -97,6 +92,19 @@ module Tsubame
       def unsubscribe(channel)
         @native.upgrade_unsubscribe(@id, channel.to_s)
       end
+    end
+
+    # [bytes, text?] for a message: an ASCII-8BIT String is binary, any
+    # other text, transcoded to UTF-8 and refused if it is not valid (a
+    # text frame must be, RFC 6455 §8.1).
+    def self.message(data)
+      data = data.to_s
+      return [data, false] if data.encoding.equal?(Encoding::BINARY)
+
+      data = data.encode(Encoding::UTF_8) unless data.encoding.equal?(Encoding::UTF_8)
+      raise ArgumentError, "a text message must be valid UTF-8 (send binary data as an ASCII-8BIT String)" unless data.valid_encoding?
+
+      [data, true]
     end
 
     # Codes a server may put in a close frame (RFC 6455 §7.4): not the
@@ -142,9 +150,7 @@ module Tsubame
     # returned) and, in a cluster, on the other workers' too.
     def publish(channel, message)
       channel = channel.to_s
-      message = message.to_s
-      text = !message.encoding.equal?(Encoding::BINARY)
-      message = message.encode(Encoding::UTF_8) if text && !message.encoding.equal?(Encoding::UTF_8)
+      message, text = Upgrades.message(message)
       @relay&.call("type" => "publish", "channel" => channel, "text" => text,
                    "message" => text ? message : [message].pack("m0"))
       @native.publish(channel, message, text)
