@@ -84,6 +84,16 @@ impl Session<'_> {
         }
     }
 
+    /// The session is over: no more writes; an event Ruby still runs
+    /// (`waiting`) ends before the handler's `on_close`.
+    async fn end(&self, waiting: bool) {
+        self.out.shut();
+        if waiting {
+            self.out.done.notified().await;
+        }
+        self.finish();
+    }
+
     /// The connection is gone: no more writes, the handler's `on_close`.
     pub fn finish(&self) {
         abandon(self.registry, self.events, self.id);

@@ -94,11 +94,7 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
             }
         }
     }
-    s.out.shut();
-    if waiting {
-        s.out.done.notified().await;
-    }
-    s.finish();
+    s.end(waiting).await;
 }
 
 /// One event: every line of `data` as a `data:` field (CR LF, CR and LF

@@ -188,12 +188,7 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
             }
         }
     }
-    s.out.shut();
-    // An event Ruby still runs must end before `on_close`.
-    if waiting {
-        s.out.done.notified().await;
-    }
-    s.finish();
+    s.end(waiting).await;
 }
 
 /// Queues a close frame and starts waiting for the client's.
