@@ -115,6 +115,35 @@ class UpgradeLimitsTest < Minitest::Test
     end
   end
 
+  def test_a_frame_over_websocket_max_frame_is_closed_with_1009_and_smaller_fragments_pass
+    with_events(APP, config: "websocket_max_frame 512\n") do |server, _log|
+      client = Client.new(server.port)
+      assert_equal "welcome", client.read_message
+      client.send_frame(0x1, "a" * 400, fin: false)
+      client.send_frame(0x0, "b" * 400)
+      assert_equal "a" * 400 + "b" * 400, client.read_message, "each frame under the limit: the message passes"
+      client.text("c" * 600)
+      assert_equal 1009, client.read_close
+    ensure
+      client&.close
+    end
+  end
+
+  def test_upgrade_threads_is_how_many_handler_threads_start
+    with_events(APP, config: "upgrade_threads 3\n") do |server, _log|
+      before = Integer(server.get("/threads").body)
+      client = Client.new(server.port)
+      assert_equal "welcome", client.read_message
+      assert_equal before + 3, Integer(server.get("/threads").body), "started with the first upgrade"
+      other = Client.new(server.port)
+      assert_equal "welcome", other.read_message
+      assert_equal before + 3, Integer(server.get("/threads").body), "and no more after"
+    ensure
+      client&.close
+      other&.close
+    end
+  end
+
   def test_websockets_over_tls
     with_events(APP, args: ["-b", ssl_bind]) do |server, log|
       context = OpenSSL::SSL::SSLContext.new
