@@ -30,6 +30,8 @@ module Tsubame
     def start(threads, fiber_loops = [])
       @threads = threads
       @fiber_loops = fiber_loops
+      return self unless @enabled
+
       @watchdog = Thread.new do
         Thread.current.name = "tsubame-timeouts"
         watch
