@@ -20,6 +20,9 @@ require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/clock"
 require "tsubame/support/systemd_notify"
+require "tsubame/serve/socket_activation"
+require "tsubame/serve/idle_timeout"
+require "tsubame/config/puma_constant"
 
 module Tsubame
   # Cluster mode's master process. It binds the listeners, forks `workers`
@@ -81,6 +84,7 @@ module Tsubame
       @control = nil
       # A hot restart's pre-flight check under way (HotRestartCheck).
       @restart_check = nil
+      @idle = IdleTimeout.new(options[:idle_timeout]) if options[:idle_timeout]
     end
 
     # Returns the exit status once every worker has stopped.
@@ -88,11 +92,12 @@ module Tsubame
       @master_pid = Process.pid
       print_header
       preload
-      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners = Listeners.bind(SocketActivation.binds(SelfSigned.binds(@options), @options), @options[:backlog])
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
       previous = trap_signals
+      PumaConstant.stats_source = self
       begin
         boot_master
         supervise
@@ -100,6 +105,7 @@ module Tsubame
         previous.each { |signal, handler| trap(signal, handler) }
         shut_down
       end
+      Hooks.run_logged(@options[:after_stopped], "after_stopped", @log)
       @log.info("- Goodbye!")
       @exit_status
     end
@@ -236,6 +242,7 @@ module Tsubame
         process_commands
         reap
         begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
+        check_idle
         advance_hot_restart
         next if @stopping
 
@@ -269,6 +276,20 @@ module Tsubame
 
     def finished?
       @stopping && @workers.empty?
+    end
+
+    # idle_timeout: no request in any worker (by their check-ins) for that
+    # long stops the cluster. Only once all booted: booting is not idling.
+    def check_idle
+      return unless @idle && !@stopping && all_booted?
+
+      statuses = @workers.select(&:active?).map(&:last_status)
+      count = statuses.sum { |s| s["requests_count"].to_i }
+      busy = statuses.any? { |s| s["requests_in_flight"].to_i.positive? }
+      return unless @idle.idle?(count, busy)
+
+      @log.info("- Idle timeout reached (#{@idle.seconds}s without a request in any worker); stopping")
+      begin_stop(:graceful)
     end
 
     def wait_for_events
@@ -388,6 +409,8 @@ module Tsubame
         boot_failed(worker, how)
       end
       forget_replacement(worker)
+      worker.process_status = status
+      Hooks.run_logged(@options[:after_worker_shutdown], "after_worker_shutdown", @log, worker)
     end
 
     def boot_failed(worker, how)
