@@ -244,7 +244,8 @@ module Tsubame
         begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
         check_idle
         advance_hot_restart
-        next if @stopping
+        # While the cluster stops, worker_shutdown_timeout still holds.
+        next kill_late_stoppers if @stopping
 
         check_workers
         advance_phased_restart
@@ -481,6 +482,12 @@ module Tsubame
 
     def boot_timeout
       @options[:worker_boot_timeout] || @options[:worker_timeout]
+    end
+
+    def kill_late_stoppers
+      @workers.each do |worker|
+        kill(worker, "did not stop in time") if worker.stopping? && !worker.killed? && monotonic > worker.stop_deadline
+      end
     end
 
     def kill(worker, why)
