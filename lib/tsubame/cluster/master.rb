@@ -379,19 +379,36 @@ module Tsubame
 
     # --- deaths and timeouts --------------------------------------------
 
+    # Workers and the hot restart's check are waited for by pid: while a
+    # Process.detach thread waits for a child (a before_fork hook that
+    # detached one, as Puma's test config does), Ruby's wait(-1) does not
+    # report the others, and a stop would wait for that child to exit.
     def reap
+      @workers.dup.each do |worker|
+        pid, status = wait_for(worker.pid)
+        exited(worker, status) if pid
+      end
+      if @restart_check && (pid, status = wait_for(@restart_check.pid)) && pid
+        @restart_check.exited(status)
+      end
+      reap_others
+    end
+
+    def wait_for(pid)
+      Process.wait2(pid, Process::WNOHANG)
+    rescue Errno::ECHILD
+      nil
+    end
+
+    # Any other child (one the app forked and left) is reaped too.
+    def reap_others
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
 
-        # Every child is reaped here, the hot restart's check among them.
-        if @restart_check&.pid == pid
-          @restart_check.exited(status)
-          next
-        end
-
         worker = @workers.find { |w| w.pid == pid }
         exited(worker, status) if worker
+        @restart_check.exited(status) if @restart_check&.pid == pid
       end
     rescue Errno::ECHILD
       nil

@@ -78,9 +78,13 @@ module Tsubame
     end
 
     # Puma's ssl_bind: the same bind as ssl://HOST:PORT?cert=...&key=...
+    # Without cert: and key:, a self-signed certificate (tls_self_signed).
     # Options Tsubame cannot honour (cert_pem, key_pem, keystore, cipher
     # filters) fail the boot naming the option rather than being dropped.
     def ssl_bind(host, port, opts = {})
+      # Puma's form without cert and key: a development certificate for
+      # localhost (Puma takes it from the localhost gem).
+      set(:tls_self_signed, true) unless opts.key?(:cert) || opts.key?(:cert_pem)
       params = opts.map do |key, value|
         next if value.nil?
 
