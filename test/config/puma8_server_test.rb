@@ -75,10 +75,12 @@ class Puma8ServerTest < Minitest::Test
   end
 
   def test_enable_keep_alives_false_closes_every_connection
-    with_config("enable_keep_alives false\n") do |server|
-      responses, closed = exchange_on_one_connection(server, 1)
-      assert_match(/connection: close/i, responses.first)
-      assert closed
+    ["enable_keep_alives false\n", "max_keep_alive 0\n"].each do |config|
+      with_config(config) do |server|
+        responses, closed = exchange_on_one_connection(server, 1)
+        assert_match(/connection: close/i, responses.first, config)
+        assert closed, config
+      end
     end
   end
 
@@ -100,6 +102,18 @@ class Puma8ServerTest < Minitest::Test
       assert_match(%r{\AHTTP/1.1 501}, server.raw("BREW / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"))
       # QUERY (RFC 10008) is in Puma 8's default list.
       assert_match(/\AHTTP\/1.1 200.*hello QUERY/m, server.raw("QUERY / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+    end
+  end
+
+  def test_supported_http_methods_over_http2
+    with_config("h2c\nsupported_http_methods %w[GET]\n") do |server|
+      codes = %w[GET POST].map do |method|
+        out, err, = Open3.capture3("curl", "-sS", "--max-time", "20", "--http2-prior-knowledge", "-X", method,
+                                   "-o", "/dev/null", "-w", "%{http_version} %{http_code}", "http://127.0.0.1:#{server.port}/")
+        assert_empty err
+        out
+      end
+      assert_equal ["2 200", "2 501"], codes
     end
   end
 
@@ -374,6 +388,16 @@ class Puma8ServerTest < Minitest::Test
       ensure
         server.kill
       end
+    end
+  end
+
+  def test_bind_to_activated_sockets_only_without_sockets_fails_at_boot
+    in_tmpdir do |dir|
+      config = write_file(dir, "puma.rb", "bind_to_activated_sockets 'only'\n")
+      ru = write_file(dir, "config.ru", HELLO)
+      _out, err, status = run_tsubame("-C", config, "-b", "tcp://127.0.0.1:0", ru)
+      refute status.success?
+      assert_includes err, "bind_to_activated_sockets 'only': no socket was handed over (LISTEN_FDS)"
     end
   end
 
