@@ -85,6 +85,8 @@ class Puma8DslTest < Minitest::Test
     assert_equal 20, load_source("max_keep_alive 20\n").native[:max_keep_alive]
     assert_equal 1, load_source("enable_keep_alives false\n").native[:max_keep_alive]
     assert_nil load_source("enable_keep_alives\n").native[:max_keep_alive]
+    assert_equal 7, load_source("max_fast_inline 7\n").native[:max_keep_alive]
+    assert_equal 5, load_source("max_keep_alive 5\nmax_fast_inline 7\n").native[:max_keep_alive]
     error = assert_raises(Tsubame::ConfigError) { load_source("max_keep_alive :lots\n") }
     assert_match(/max_keep_alive must be a non-negative number/, error.message)
   end

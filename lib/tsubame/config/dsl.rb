@@ -28,7 +28,7 @@ module Tsubame
       app before_refork before_thread_exit before_thread_start
       before_worker_fork clean_thread_locals debug
       directory drain_on_shutdown extra_runtime_dependencies
-      fork_worker io_selector_backend log_formatter max_fast_inline
+      fork_worker io_selector_backend log_formatter
       mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
       after_refork on_refork on_thread_exit on_thread_start
       on_worker_fork out_of_band
@@ -536,7 +536,14 @@ module Tsubame
     # Requests one connection may make; the response to the last closes
     # it. Float::INFINITY (or nil): no limit.
     def max_keep_alive(requests)
+      @max_keep_alive_given = true
       set(:max_keep_alive, requests)
+    end
+
+    # Puma's older name for max_keep_alive; as in Puma, it does not undo a
+    # max_keep_alive given before it.
+    def max_fast_inline(requests)
+      set(:max_keep_alive, requests) unless @max_keep_alive_given
     end
 
     # false: every response closes its connection.
