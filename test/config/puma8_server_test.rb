@@ -231,6 +231,16 @@ class Puma8ServerTest < Minitest::Test
     end
   end
 
+  def test_puma_stats_in_single_mode
+    with_config("after_booted { Thread.new { sleep 0.2; File.write('DIR/stats.json', Puma.stats) } }\n") do |server, dir|
+      stats = JSON.parse(wait_for_file(File.join(dir, "stats.json"), timeout: 20))
+      assert_equal "single", stats["mode"]
+      assert_equal server.pid, stats["pid"]
+      assert_equal 5, stats["max_threads"]
+      assert_kind_of Integer, stats["requests_count"]
+    end
+  end
+
   def test_the_app_sees_no_puma_constant
     app = "run lambda { |_env| [200, {}, [defined?(::Puma).inspect]] }\n"
     with_config("tag Puma::Const::PUMA_VERSION\n", rackup: app) do |server|
