@@ -34,7 +34,7 @@ class Puma8ConfigsTest < Minitest::Test
     "cpu_spin" => ["wait_for_less_busy_worker ENV.fetch('LESS_BUSY', '0.005').to_f\n", "hello from rackup", nil],
     "custom_log_formatter" => ["log_formatter { |line| \"[\#{Process.pid}] \#{line}\" }\n", "hello from rackup", nil],
     "custom_logger" => ["class LineLogger\n  def write(msg) = File.open('DIR/log', 'a') { |f| f.puts(msg) }\nend\nlog_requests\ncustom_logger LineLogger.new\n",
-                        "hello from rackup", ->(dir, _out) { File.read("#{dir}/log").include?("\"GET / HTTP/1.1\" 200") }],
+                        "hello from rackup", ->(dir, _out) { File.read("#{dir}/log").include?("\"GET / HTTP/1.1\" 200 17 ") }],
     "event_after_booted_and_after_stopped" => ["after_booted { puts 'booted hook' }\nafter_stopped { puts 'stopped hook' }\n",
                                                "hello from rackup",
                                                ->(_dir, out) { out.include?("booted hook") && out.include?("stopped hook") }],

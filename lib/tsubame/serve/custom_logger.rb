@@ -61,14 +61,17 @@ module Tsubame
       def call(env)
         started = monotonic
         status, headers, body = @app.call(env)
-        log(env, status, headers, monotonic - started)
+        log(env, status, headers, body, monotonic - started)
         [status, headers, body]
       end
 
       private
 
-      def log(env, status, headers, elapsed)
+      # The size is the Content-Length, or an Array body's bytes; other
+      # bodies are not known before they are sent ("-").
+      def log(env, status, headers, body, elapsed)
         length = header(headers, "content-length")
+        length ||= body.sum(&:bytesize).to_s if body.is_a?(Array) && body.all?(String)
         query = env["QUERY_STRING"].to_s
         target = query.empty? ? env["PATH_INFO"] : "#{env["PATH_INFO"]}?#{query}"
         @logger.write(format(%(%s - - [%s] "%s %s %s" %d %s %.4f),
