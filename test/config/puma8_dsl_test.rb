@@ -199,8 +199,9 @@ class Puma8DslTest < Minitest::Test
   end
 
   def test_allow_underscore_headers
-    assert_equal "x", load_source("allow_underscore_headers\ntag 'x'\n")[:tag]
-    error = assert_raises(Tsubame::ConfigError) { load_source("allow_underscore_headers false\n") }
-    assert_match(/puma\.rb:1: allow_underscore_headers false is not supported/, error.message)
+    assert load_source("allow_underscore_headers\n").native[:allow_underscore_headers]
+    refute load_source("allow_underscore_headers false\n").native[:allow_underscore_headers]
+    error = assert_raises(Tsubame::ConfigError) { load_source("allow_underscore_headers :no\n") }
+    assert_match(/puma\.rb:1: allow_underscore_headers must be true or false/, error.message)
   end
 end

@@ -117,6 +117,22 @@ class Puma8ServerTest < Minitest::Test
     end
   end
 
+  # --- allow_underscore_headers ------------------------------------------
+
+  HEADERS_APP = <<~RUBY
+    run lambda { |env| [200, {}, [env.keys.grep(/\\AHTTP_X_/).sort.join(",")]] }
+  RUBY
+
+  def test_allow_underscore_headers_false_drops_them
+    request = "GET / HTTP/1.1\r\nHost: a\r\nX_Api_Key: 1\r\nX-Trace: 2\r\nConnection: close\r\n\r\n"
+    with_config("", rackup: HEADERS_APP) do |server|
+      assert_match(/\r\n\r\n(\h+\r\n)?HTTP_X_API_KEY,HTTP_X_TRACE(\r\n0\r\n\r\n)?\z/, server.raw(request))
+    end
+    with_config("allow_underscore_headers false\n", rackup: HEADERS_APP) do |server|
+      assert_match(/\r\n\r\n(\h+\r\n)?HTTP_X_TRACE(\r\n0\r\n\r\n)?\z/, server.raw(request))
+    end
+  end
+
   # --- idle_timeout --------------------------------------------------------
 
   def test_idle_timeout_stops_a_single_server

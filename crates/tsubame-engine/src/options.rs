@@ -118,6 +118,9 @@ pub struct EngineOptions {
     pub max_keep_alive: Option<u64>,
     /// Methods that reach the app (Puma's `supported_http_methods`).
     pub http_methods: crate::message::methods::MethodPolicy,
+    /// False: request headers with an underscore in their name are dropped
+    /// before the app sees them (Puma's `allow_underscore_headers`).
+    pub allow_underscore_headers: bool,
 }
 
 /// Fingerprinted names as asset pipelines write them (Rails' Propshaft and
@@ -198,6 +201,7 @@ impl Default for EngineOptions {
             upgrade_ping_interval: Duration::from_secs(30),
             max_keep_alive: None,
             http_methods: Default::default(),
+            allow_underscore_headers: true,
         }
     }
 }

@@ -86,6 +86,7 @@ const OPTION_KEYS: &[&str] = &[
     "upgrade_ping_interval",
     "max_keep_alive",
     "supported_http_methods",
+    "allow_underscore_headers",
 ];
 
 struct OptionReader<'a> {
@@ -226,6 +227,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         upgrade_ping_interval: r.seconds("upgrade_ping_interval", d.upgrade_ping_interval)?,
         max_keep_alive: r.get("max_keep_alive")?,
         http_methods: http_methods(&r)?,
+        allow_underscore_headers: r.get("allow_underscore_headers")?.unwrap_or(d.allow_underscore_headers),
     })
 }
 

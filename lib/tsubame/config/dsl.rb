@@ -638,14 +638,10 @@ module Tsubame
       end
     end
 
-    # Tsubame passes request headers with underscores as Puma's default
-    # does (dropping one only where it would pass for a dashed header the
-    # client also sent, docs/PROXY.md); dropping them all is not offered.
+    # false: request headers with an underscore in their name never reach
+    # the app (HTTP_X_API_KEY could otherwise come from X_Api_Key).
     def allow_underscore_headers(allowed = true)
-      return if allowed
-
-      raise ConfigError, "allow_underscore_headers false is not supported; drop such headers at the proxy " \
-                         "(nginx does by default, underscores_in_headers off)"
+      set(:allow_underscore_headers, allowed)
     end
 
     NOT_YET.each do |name|

@@ -139,6 +139,7 @@ module Tsubame
       default_host: DEFAULT_HOST,
       bind_to_activated_sockets: nil,
       max_io_threads: 0,
+      allow_underscore_headers: true,
       single_blocks: [].freeze,
       cluster_blocks: [].freeze
     }.freeze
@@ -157,7 +158,7 @@ module Tsubame
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
       websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
-      max_keep_alive supported_http_methods
+      max_keep_alive supported_http_methods allow_underscore_headers
     ].freeze
 
     KINDS = {
@@ -264,6 +265,7 @@ module Tsubame
       default_host: :string,
       bind_to_activated_sockets: :activated_sockets,
       max_io_threads: :integer,
+      allow_underscore_headers: :boolean,
       single_blocks: :hooks,
       cluster_blocks: :hooks
     }.freeze
