@@ -96,6 +96,7 @@ module Tsubame
         "mode" => "single",
         "pid" => Process.pid,
         "rss_mb" => ProcessInfo.rss_mb(Process.pid),
+        "memory" => ProcessInfo.memory(Process.pid),
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }.merge(status.reject { |key, _| key == "engine" }).merge("engine" => status["engine"])
     end

@@ -4,6 +4,7 @@ require "tsubame/config/app_loader"
 require "tsubame/config/hooks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
+require "tsubame/cluster/mold"
 
 module Tsubame
   # One cluster worker, running in the child the master forked: loads the
@@ -18,7 +19,11 @@ module Tsubame
     # app execs.
     MASTER_SIGNALS = %w[USR1 USR2 TTIN TTOU].freeze
 
-    def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:)
+    # fork_link: worker 0's end of the ForkLink under fork_worker (it forks
+    # the other workers). forked: this worker was forked by worker 0, so
+    # its parent is worker 0, not the master.
+    def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:, fork_link: nil,
+                   forked: false)
       @index = index
       @phase = phase
       @master_pid = master_pid
@@ -29,7 +34,15 @@ module Tsubame
       @log = log
       @server = nil
       @stopped = false
+      @stop_requested = false
+      @forked = forked
+      @mold = fork_link && Mold.new(self, fork_link, log)
+      # Requests served by the servers this process ran before the current
+      # one (worker 0 runs a new one after each fork cycle).
+      @requests_before = 0
     end
+
+    attr_reader :index, :phase, :master_pid, :options, :listeners, :link, :app
 
     # Returns the exit status. The master counts a worker that exits before
     # its "boot" message as a failed boot.
@@ -37,22 +50,51 @@ module Tsubame
       started = monotonic
       install_traps
       Hooks.run(@options[:on_worker_boot], @index)
-      app = @app || AppLoader.load(@options[:rackup])
-      @server = Server.new(app, @options, listeners: @listeners,
-                                          busy_accept_delay: @options[:wait_for_less_busy_worker])
-      @server.start
-      @server.upgrades.relay = ->(publish) { @link.send(publish) }
+      @app ||= AppLoader.load(@options[:rackup])
+      start_server
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
                  "boot_seconds" => (monotonic - started).round(3))
       checker = Thread.new { check_in }
-      @server.wait
+      @mold&.start
+      serve
       @stopped = true
       checker.join(1) || checker.kill
       Hooks.run_logged(@options[:on_worker_shutdown], "on_worker_shutdown", @log, @index)
       0
     end
 
+    # Worker 0 under fork_worker, from its Mold's thread: stop serving so
+    # that the main thread can fork (see #serve).
+    def pause_for_fork
+      @server&.stop(close_listeners: false)
+    end
+
     private
+
+    def start_server
+      @server = Server.new(@app, @options, listeners: @listeners,
+                                           busy_accept_delay: @options[:wait_for_less_busy_worker])
+      @server.start
+      @server.upgrades.relay = ->(publish) { @link.send(publish) }
+    end
+
+    # Serves until stopped. Worker 0 under fork_worker stops its server for
+    # each batch of forks: a process with the engine's threads running must
+    # not fork (the child would hold locks and a runtime whose threads it
+    # does not have), so the engine drains and is shut down, the workers
+    # are forked from the warm, quiet process, and a new engine serves the
+    # same listeners.
+    def serve
+      loop do
+        @server.wait
+        batch = @mold&.take_batch
+        break if batch.nil? || @stop_requested
+
+        @requests_before += @server.stats["requests_total"].to_i
+        @mold.fork_batch(batch)
+        start_server
+      end
+    end
 
     def install_traps
       %w[TERM INT].each { |signal| trap(signal) { stop } }
@@ -74,6 +116,7 @@ module Tsubame
     # Before the server exists (the app is still loading) there is nothing
     # to drain, so the worker just exits.
     def stop
+      @stop_requested = true
       @server ? @server.stop : exit(0)
     end
 
@@ -87,7 +130,7 @@ module Tsubame
       link_open = true
       next_ping = monotonic + interval
       until @stopped
-        unless Process.ppid == @master_pid
+        unless master_alive?
           @log.info("! master (pid #{@master_pid}) is gone; worker #{@index} stopping")
           @server.stop
           break
@@ -100,11 +143,30 @@ module Tsubame
           next
         end
 
-        link_open &&= @link.send("type" => "ping", "status" => @server.status)
+        link_open &&= @link.send("type" => "ping", "status" => status)
         next_ping = [next_ping + interval, monotonic].max
       end
     rescue StandardError => e
       @log.error("! worker #{@index} check-in failed: #{e.class}: #{e.message}")
+    end
+
+    # A forked worker's parent is worker 0, which may stop before it does;
+    # the master's pid is what tells (a hot restart keeps it).
+    def master_alive?
+      return Process.ppid == @master_pid unless @forked
+
+      Process.kill(0, @master_pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM
+      true
+    end
+
+    def status
+      status = @server.status
+      status["requests_count"] += @requests_before
+      status
     end
 
     # Waits up to `timeout` for requests from the master and answers them.

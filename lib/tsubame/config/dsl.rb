@@ -20,18 +20,7 @@ module Tsubame
     # plugins, the control app...). A config written for Puma should still
     # boot, with one warning, rather than fail on the first of them.
     NOT_YET = %i[
-      app before_refork before_thread_exit before_thread_start bind_to_activated_sockets
-      before_worker_fork clean_thread_locals debug
-      directory drain_on_shutdown extra_runtime_dependencies
-      fork_worker io_selector_backend log_formatter max_fast_inline
-      mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
-      on_refork on_stopped on_thread_exit on_thread_start
-      on_worker_fork out_of_band
-      prune_bundler queue_requests rack_url_scheme
-      raise_exception_on_sigterm restart_command
-      shutdown_debug silence_fork_callback_warning
-      silence_single_worker_warning state_permission
-      worker_culling_strategy
+      app before_thread_exit before_thread_start bind_to_activated_sockets clean_thread_locals debug directory drain_on_shutdown extra_runtime_dependencies io_selector_backend log_formatter max_fast_inline mutate_stdout_and_stderr_to_sync_on_write on_stopped on_thread_exit on_thread_start out_of_band prune_bundler queue_requests rack_url_scheme raise_exception_on_sigterm restart_command shutdown_debug silence_fork_callback_warning silence_single_worker_warning state_permission worker_culling_strategy
     ].freeze
 
     # Plugins Tsubame provides itself; any other is listed in the warning.
@@ -469,6 +458,42 @@ module Tsubame
     def on_restart(&block)
       hook(:on_restart, block)
     end
+
+    # --- reforking (docs/REFORK.md) ------------------------------------------
+
+    # Workers 1.. fork from worker 0, and are re-forked from it once it has
+    # served `after_requests` (0: only on `tsubame ctl refork` or URG).
+    def fork_worker(after_requests = 1000)
+      set(:fork_worker, Integer(after_requests))
+    rescue ArgumentError, TypeError
+      raise ConfigError, "fork_worker takes a number of requests (got #{after_requests.inspect})"
+    end
+
+    # Puma 5's nakayoshi_fork: with preload_app!, collect and compact the
+    # master's heap before each fork.
+    def nakayoshi_fork(enabled = true)
+      set(:nakayoshi_fork, enabled)
+    end
+
+    # In worker 0, with its server stopped, before each batch of workers is
+    # forked from it (Puma 5/6 called it on_refork). The key is Puma's hook
+    # data key, accepted for its configs.
+    def before_refork(_key = nil, &block)
+      hook(:before_refork, block)
+    end
+    alias on_refork before_refork
+
+    # In worker 0, after the batch was forked, before it serves again.
+    def after_refork(_key = nil, &block)
+      hook(:after_refork, block)
+    end
+
+    # In the process that forks (the master, or worker 0 under
+    # fork_worker), before each worker is forked; given the index.
+    def before_worker_fork(&block)
+      hook(:before_worker_fork, block)
+    end
+    alias on_worker_fork before_worker_fork
 
     # Puma's form: activate_control_app "tcp://127.0.0.1:9293",
     # { auth_token: "secret" } or { no_token: true }. Without either, a

@@ -126,7 +126,15 @@ module Tsubame
       on_worker_shutdown: [].freeze,
       after_worker_fork: [].freeze,
       on_booted: [].freeze,
-      on_restart: [].freeze
+      on_restart: [].freeze,
+      # Reforking (docs/REFORK.md): nil off; N: workers 1.. fork from
+      # worker 0, and refork once after it served N requests (0: only on
+      # `ctl refork` / URG).
+      fork_worker: nil,
+      nakayoshi_fork: false,
+      before_refork: [].freeze,
+      after_refork: [].freeze,
+      before_worker_fork: [].freeze
     }.freeze
 
     # What the Rust engine receives; everything else stays on the Ruby side.
@@ -237,7 +245,12 @@ module Tsubame
       on_worker_shutdown: :hooks,
       after_worker_fork: :hooks,
       on_booted: :hooks,
-      on_restart: :hooks
+      on_restart: :hooks,
+      fork_worker: :optional_integer,
+      nakayoshi_fork: :boolean,
+      before_refork: :hooks,
+      after_refork: :hooks,
+      before_worker_fork: :hooks
     }.freeze
 
     LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings cidrs].freeze

@@ -131,8 +131,13 @@ module Tsubame
 
       private
 
+      # Our child, or (fork_worker) a worker forked by worker 0, whose
+      # process title names this master (Cluster#child, Mold#child).
       def child?(pid)
-        File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
+        return true if File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
+
+        title = File.read("/proc/#{pid}/cmdline")
+        title.start_with?("tsubame: cluster worker ") && title.match?(/: #{Process.pid}(?: \[|\z|\0)/)
       rescue SystemCallError
         false
       end
