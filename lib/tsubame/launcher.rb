@@ -19,6 +19,8 @@ require "tsubame/control/run_files"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/systemd_notify"
+require "tsubame/support/formatted_output"
+require "tsubame/config/boot_checks"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -51,10 +53,15 @@ module Tsubame
     # mode only: a cluster's master has no server). Returns the exit status
     # once the server has stopped.
     def run
+      BootChecks.sync_output(@options)
       # The banner is how scripts and tests learn the real addresses, so it
       # must not sit in a buffer when stdout is a pipe.
       @stdout.sync = true
+      @stdout = FormattedOutput.wrap(@stdout, @options[:log_formatter])
+      @stderr = FormattedOutput.wrap(@stderr, @options[:log_formatter])
       ENV["RACK_ENV"] = @options[:environment]
+      BootChecks.change_directory(@options)
+      HotRestart.configure(restart_command: @options[:restart_command], directory: @options[:directory])
       # systemd's variables go before any app code could see them or a
       # worker inherit them (see SystemdNotify, SocketActivation).
       @systemd = SystemdNotify.take
@@ -68,7 +75,9 @@ module Tsubame
       return run_stand_in if HotRestart.stand_in?
 
       warn_ignored
-      return run_cluster if @options[:workers].positive?
+      BootChecks.warnings(@options).each { |warning| @stderr.puts "tsubame: warning: #{warning}" }
+      BootChecks.debug_lines(@options).each { |line| @stdout.puts line } if @options[:debug]
+      return stopped(run_cluster) if @options[:workers].positive?
 
       print_header
       server = server_class.new(@app || load_app, @options)
@@ -76,7 +85,7 @@ module Tsubame
       server.listeners.notes.each { |note| @stdout.puts note }
       print_addresses(server.addresses)
       yield server if block_given?
-      serve(server)
+      stopped(serve(server))
     end
 
     # For the control app in single mode (see ControlApp): what a master
@@ -113,7 +122,24 @@ module Tsubame
 
     def run_cluster
       require "tsubame/cluster/master"
-      Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr, systemd: @systemd).run
+      cluster = Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr, systemd: @systemd)
+      status = cluster.run
+      @sigterm ||= cluster.sigterm?
+      status
+    end
+
+    # The server has stopped (a hot restart never gets here: it execs):
+    # on_stopped, and with raise_exception_on_sigterm, a stop a TERM began
+    # ends the process by SIGTERM as Puma's does.
+    def stopped(status)
+      Hooks.run_logged(@options[:on_stopped], "on_stopped", Log.new(@stdout, @stderr))
+      if @sigterm && @options[:raise_exception_on_sigterm]
+        @stdout.flush
+        trap("TERM", "DEFAULT")
+        Process.kill("TERM", Process.pid)
+        sleep 1
+      end
+      status
     end
 
     def serve(server)
@@ -125,6 +151,7 @@ module Tsubame
       # that waits for it may signal at once (a USR2 before the traps
       # would kill the process).
       @stdout.puts "Use Ctrl-C to stop"
+      BootChecks.restore_output(@options)
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
       restarter = nil
@@ -180,7 +207,7 @@ module Tsubame
     end
 
     def load_app
-      AppLoader.load(@options[:rackup])
+      AppLoader.load_app(@options)
     end
 
     def warn_ignored
@@ -223,7 +250,9 @@ module Tsubame
 
     def on_signal(signal, server)
       case signal
-      when "TERM", "INT" then leave(server)
+      when "TERM", "INT"
+        @sigterm = true if signal == "TERM"
+        leave(server)
       when "USR2" then request_restart
       when "HUP" then hangup(server)
       else

@@ -91,7 +91,8 @@ module Tsubame
       @master_pid = Process.pid
       print_header
       preload
-      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog],
+                                  activated_binds: @options[:bind_to_activated_sockets])
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
@@ -167,6 +168,11 @@ module Tsubame
       !@options[:fork_worker].nil?
     end
 
+    # Whether a TERM began the stop (raise_exception_on_sigterm).
+    def sigterm?
+      @sigterm ? true : false
+    end
+
     # Sends a request ("gc", "backtraces") to every serving worker and
     # collects their replies for up to `timeout` seconds.
     def ask_workers(type, timeout: 3.0)
@@ -203,7 +209,7 @@ module Tsubame
       return if @app || !@options[:preload_app]
 
       @log.info("* Preloading application")
-      @app = AppLoader.load(@options[:rackup])
+      @app = AppLoader.load_app(@options)
     end
 
     def boot_master
@@ -238,7 +244,10 @@ module Tsubame
 
     def trap_signals
       SIGNALS.to_h do |signal|
-        [signal, trap(signal) { command(signal_command(signal)) }]
+        [signal, trap(signal) do
+          @sigterm = true if signal == "TERM"
+          command(signal_command(signal))
+        end]
       end
     end
 
@@ -552,6 +561,7 @@ module Tsubame
       @phase += 1
       @phased_restart = true
       @log.info("- Starting phased worker restart, phase: #{@phase}")
+      change_directory
       @systemd.reloading("Phased restart to phase #{@phase}")
     end
 
@@ -643,7 +653,37 @@ module Tsubame
 
       @wanted = wanted
       @log.info("- Worker count #{delta.positive? ? "raised" : "lowered"} to #{@wanted}")
-      @workers.each { |w| stop_worker(w, "worker count lowered") if w.active? && w.index >= @wanted }
+      cull_workers if delta.negative?
+    end
+
+    # worker_culling_strategy: the youngest workers (Puma's default) or
+    # the oldest stop; a kept worker whose index is now past the count
+    # takes a freed index, so indexes stay 0...count. Worker 0 stays under
+    # fork_worker: the others are forked from it.
+    def cull_workers
+      active = @workers.select(&:active?).sort_by(&:started_at)
+      active.reject! { |w| w.index.zero? } if fork_worker?
+      excess = @workers.count(&:active?) - @wanted
+      return unless excess.positive?
+
+      culled = @options[:worker_culling_strategy] == :oldest ? active.first(excess) : active.last(excess)
+      culled.each { |w| stop_worker(w, "worker count lowered (#{@options[:worker_culling_strategy]} culled)") }
+      kept = @workers.select(&:active?)
+      free = (0...@wanted).reject { |index| kept.any? { |w| w.index == index } }
+      kept.select { |w| w.index >= @wanted }.zip(free).each do |worker, index|
+        @log.info("- #{worker.describe} now serves as worker #{index}")
+        worker.index = index
+      end
+    end
+
+    # `directory`, again before a phased restart's workers load the app: a
+    # symlink to the release is followed to the new one.
+    def change_directory
+      dir = @options[:directory] or return
+      Dir.chdir(dir)
+      @log.info("+ Changing to #{dir}")
+    rescue SystemCallError => e
+      @log.error("! cannot change to #{dir}: #{e.message}")
     end
 
     def spawn_missing

@@ -2,6 +2,7 @@
 
 require "tsubame/config/app_loader"
 require "tsubame/config/hooks"
+require "tsubame/config/boot_checks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
 require "tsubame/cluster/mold"
@@ -49,8 +50,9 @@ module Tsubame
     def run
       started = monotonic
       install_traps
+      BootChecks.restore_output(@options)
       Hooks.run(@options[:on_worker_boot], @index)
-      @app ||= AppLoader.load(@options[:rackup])
+      @app ||= AppLoader.load_app(@options)
       start_server
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
                  "boot_seconds" => (monotonic - started).round(3))

@@ -23,6 +23,9 @@ require "tsubame/serve/x_sendfile"
 require "tsubame/serve/x_accel_redirect"
 require "tsubame/serve/upgrades"
 require "tsubame/support/named_thread"
+require "tsubame/serve/thread_hooks"
+require "tsubame/serve/listen_backlog"
+require "tsubame/serve/shutdown_debug"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -68,7 +71,8 @@ module Tsubame
     # engine adopts duplicates of the sockets (see Listeners), so they can
     # outlive it: a hot restart hands them to the next process.
     def bind
-      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog],
+                                    activated_binds: @options[:bind_to_activated_sockets])
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
@@ -99,6 +103,7 @@ module Tsubame
       @early_hints = @options[:early_hints]
       @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
+      @thread_hooks = ThreadHooks.build(@options, @native)
       @native.start
       @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
       Upgrades.current = @upgrades
@@ -129,7 +134,15 @@ module Tsubame
     # to the caller.
     def stop(close_listeners: true)
       @stopping = true
-      @native&.stop
+      @events << :shutdown_debug if @options[:shutdown_debug] == true
+      # drain_on_shutdown: #wait's thread stops the engine once the listen
+      # backlog is empty (a trap handler must not wait).
+      if @options[:drain_on_shutdown] && @native && !@drain_requested
+        @drain_requested = true
+        @events << :drain
+      else
+        @native&.stop
+      end
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
     end
@@ -149,13 +162,15 @@ module Tsubame
       outcome = nil
       until outcome
         event = @events.pop
-        if event == :close_listeners
-          @listeners.close
-        else
-          outcome = event.last
+        case event
+        when :close_listeners then @listeners.close
+        when :drain then drain_backlog
+        when :shutdown_debug then ShutdownDebug.dump($stdout)
+        else outcome = event.last
         end
       end
       waiter.join
+      ShutdownDebug.dump($stdout) if @options[:shutdown_debug] == :on_force && outcome == :timed_out
       @idle_memory&.stop
       join_threads
       outcome
@@ -215,6 +230,16 @@ module Tsubame
       end
     end
 
+    # drain_on_shutdown: the engine goes on accepting until the kernel's
+    # listen backlogs are empty (or drain_timeout passed), then stops;
+    # the connections it took are served by the drain as usual. The
+    # listeners are closed after that (:close_listeners comes later).
+    def drain_backlog
+      deadline = monotonic + @options[:drain_timeout]
+      sleep 0.01 until ListenBacklog.empty?(@listeners) || monotonic > deadline
+      @native.stop
+    end
+
     def join_threads
       deadline = monotonic + THREAD_GRACE
       (@threads + @fiber_loops.map(&:thread) + (@upgrades&.threads || [])).each do |thread|
@@ -241,11 +266,25 @@ module Tsubame
     def serve_requests(index)
       native = @native
       timeouts = @timeouts
+      return serve_with_hooks(index, native, timeouts, @thread_hooks) if @thread_hooks
+
       timeouts.worker do
         while (request = native.next_request)
           timeouts.run(index, request) { handle(request, env_for(request)) }
         end
       end
+    end
+
+    # The same loop with Puma's thread directives (ThreadHooks).
+    def serve_with_hooks(index, native, timeouts, hooks)
+      hooks.thread_started
+      timeouts.worker do
+        while (request = native.next_request)
+          hooks.around_request { timeouts.run(index, request) { handle(request, env_for(request)) } }
+        end
+      end
+    ensure
+      hooks.thread_exiting
     end
 
     # The Rack env of a request, the same whether a pool thread or a fiber
@@ -373,7 +412,9 @@ module Tsubame
         "rack.multithread" => @options[:threads_max] > 1,
         "rack.multiprocess" => false,
         "rack.run_once" => false,
-        "rack.url_scheme" => "http",
+        # rack_url_scheme: what a connection that is not TLS says (the
+        # engine sets "https" on TLS ones, or from X-Forwarded-Proto).
+        "rack.url_scheme" => @options[:rack_url_scheme] || "http",
         "rack.hijack?" => true,
         "SCRIPT_NAME" => ENV.fetch("SCRIPT_NAME", ""),
         "SERVER_SOFTWARE" => "Tsubame #{VERSION}",

@@ -63,6 +63,18 @@ module Tsubame
         found
       end
 
+      # bind_to_activated_sockets: the binds to serve. true: the configured
+      # ones, then each activated socket none of them matches; "only": the
+      # activated sockets alone. Their addresses are binds that match them.
+      def binds_with(activated, binds, mode)
+        usable = activated.select(&:address)
+        return usable.map(&:address) if mode.to_s == "only"
+
+        left = usable.dup
+        binds.each { |uri| match(left, uri) }
+        binds + left.map(&:address)
+      end
+
       def close(activated)
         IO.for_fd(activated.fd, autoclose: true).close
       rescue SystemCallError, ArgumentError, IOError
