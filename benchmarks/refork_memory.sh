@@ -3,8 +3,11 @@
 # warm Rails 6.1 app (benchmarks/apps/rails_warm_heap.ru), WORKERS workers,
 # after REQUESTS requests (ab, a new connection each, CONCURRENCY at
 # once), for Tsubame and Debian's Puma 5.6.5, each without fork_worker,
-# with `fork_worker` (its default: a refork once worker 0 has served 1000
-# requests) and, for reference, with preload_app!. PSS comes from
+# with `fork_worker FORK_AFTER` (a refork once worker 0 has served that
+# many requests: 400 by default, past the 300 requests that warm a process
+# up; Puma's default of 1000 would come after the run for some of the
+# rounds, worker 0 serving about a quarter of the 5,000) and, for
+# reference, with preload_app!. PSS comes from
 # /proc/PID/smaps_rollup, read SETTLE seconds after the last request;
 # one server at a time; the median of ROUNDS runs.
 #
@@ -20,6 +23,7 @@ WORKERS=${WORKERS:-4}
 THREADS=${THREADS:-5}
 CONCURRENCY=${CONCURRENCY:-8}
 SETTLE=${SETTLE:-5}
+FORK_AFTER=${FORK_AFTER:-400}
 PORT=${PORT:-19471}
 APP=benchmarks/apps/rails_warm_heap.ru
 WORK=$(mktemp -d)
@@ -38,7 +42,7 @@ command -v puma >/dev/null || { echo "puma is missing: run 'make deps'" >&2; exi
 
 printf 'workers %s\nthreads %s, %s\nenvironment "production"\n' "$WORKERS" "$THREADS" "$THREADS" > "$WORK/base.rb"
 cp "$WORK/base.rb" "$WORK/off.rb"
-{ cat "$WORK/base.rb"; echo "fork_worker"; } > "$WORK/fork.rb"
+{ cat "$WORK/base.rb"; echo "fork_worker $FORK_AFTER"; } > "$WORK/fork.rb"
 { cat "$WORK/base.rb"; echo "preload_app!"; } > "$WORK/preload.rb"
 
 # worker_pss MASTER_PID: "TOTAL_PSS_MB MASTER_PSS_MB WORKER_COUNT" over
@@ -47,8 +51,8 @@ cp "$WORK/base.rb" "$WORK/off.rb"
 worker_pss() {
   local master=$1 total=0 count=0 pid
   for pid in $(ls /proc | grep -E '^[0-9]+$'); do
-    if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qE "cluster worker [0-9]+: $master( |\$)"; then
-      total=$((total + $(awk '/^Pss:/ {print $2}' "/proc/$pid/smaps_rollup" 2>/dev/null || echo 0)))
+    if tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -qE "cluster worker [0-9]+: $master( |\$)"; then
+      total=$((total + $(awk '/^Pss:/ {print $2}' 2>/dev/null < "/proc/$pid/smaps_rollup" || echo 0)))
       count=$((count + 1))
     fi
   done
@@ -78,9 +82,14 @@ run() {
     cat "$WORK/ab.txt" >&2
   fi
   sleep "$SETTLE"
+  # A refork under way leaves old workers draining: wait until only the
+  # configured count is left.
+  for _ in $(seq 1 300); do
+    [ "$(worker_pss "$SERVER_PID" | cut -d' ' -f3)" -le "$WORKERS" ] && break
+    sleep 0.1
+  done
   worker_pss "$SERVER_PID"
-  grep -hoE "Starting worker refork|Refork done|refork" "$log" | sort | uniq -c | tr '\n' ';' >&2
-  echo >&2
+  echo "  reforks logged: $(grep -cE "Starting worker refork|Starting phased worker restart" "$log" || true)" >&2
   stop_server
 }
 

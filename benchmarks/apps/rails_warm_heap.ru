@@ -57,7 +57,8 @@ class PagesController < ActionController::Base
     n = LAZY.size
     LAZY[n] = Array.new(1000) { |j| "lazy-entry-#{n}-#{j}-#{"v" * 40}" } if n < LAZY_CHUNKS
     model = Catalog.const_get("Model#{params[:id].to_i % 3000}").new(name: "x")
-    render plain: "#{model.name} #{model.price} #{LAZY.size} #{BOOT_CACHE.size}\n"
+    # Fixed width, so that ab sees every response the same length.
+    render plain: format("%-12s %10.1f %4d %6d\n", model.name, model.price, LAZY.size, BOOT_CACHE.size)
   end
 end
 

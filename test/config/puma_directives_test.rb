@@ -216,4 +216,42 @@ class PumaDirectivesTest < Minitest::Test
   rescue Timeout::Error
     flunk "#{name}: #{File.exist?(file(name)) ? File.read(file(name)).inspect : "missing"}, expected #{content.inspect}"
   end
+
+  # Where a directive cannot apply, the boot stops naming the file, the
+  # line and what to use instead.
+  def test_directives_that_cannot_apply_say_what_to_use_instead
+    {
+      "prune_bundler" => /puma\.rb:2: prune_bundler is not available: use a hot restart \(USR2/,
+      "extra_runtime_dependencies ['puma_worker_killer']" =>
+        /puma\.rb:2: extra_runtime_dependencies applies to prune_bundler, .* a hot restart \(USR2\) loads new gems/,
+      "queue_requests false" => /puma\.rb:2: queue_requests false is not available: Tsubame's engine always reads/,
+      "io_selector_backend :kqueue" => /puma\.rb:2: io_selector_backend :kqueue is not available: the engine uses epoll/,
+      "max_fast_inline 0" => /puma\.rb:2: max_fast_inline must be a positive number \(got 0\)/,
+      "worker_culling_strategy :random" => /puma\.rb:2: worker_culling_strategy must be :youngest or :oldest/,
+      "fork_worker :often" => /puma\.rb:2: fork_worker takes a number of requests \(got :often\)/
+    }.each do |line, message|
+      out, err, status = run_tsubame("-C", write_file(@dir, "puma.rb", "threads 1, 2\n#{line}\n"))
+      refute status.success?, "#{line}: #{out}"
+      assert_match message, err, line
+    end
+  end
+
+  def test_accepted_puma_defaults_boot
+    server = start(%(queue_requests\nio_selector_backend :epoll\nmax_fast_inline Float::INFINITY\nprune_bundler false\n))
+    assert_equal 200, server.get("/").code.to_i
+    refute_match(/warning/, server.stderr)
+  end
+
+  def test_restart_command_is_what_a_hot_restart_executes
+    wrapper = write_file(@dir, "wrapper.rb", <<~RUBY)
+      File.write("#{file("restarted")}", "\#{ARGV.join(" ")}\n", mode: "a")
+      exec(#{RbConfig.ruby.inspect}, "-w", #{EXE.inspect}, *ARGV)
+    RUBY
+    server = start(%(restart_command "#{RbConfig.ruby} #{wrapper}"\n))
+    first = probe(server)
+    server.signal("USR2")
+    Timeout.timeout(30) { sleep 0.05 until server.stdout.scan("Use Ctrl-C").size >= 2 }
+    assert_match(/-C #{Regexp.escape(file("puma.rb"))}/, File.read(file("restarted")), "with the original arguments")
+    assert_equal first["pwd"], probe(server)["pwd"]
+  end
 end
