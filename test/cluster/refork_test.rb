@@ -24,6 +24,7 @@ class ClusterReforkTest < Minitest::Test
       before_refork { $refork_mark = Process.pid; File.write("#{dir}/before-\#{Process.pid}", "", mode: "a") }
       after_refork { File.write("#{dir}/after-\#{Process.pid}", "x", mode: "a") }
       on_refork { File.write("#{dir}/on-\#{Process.pid}", "x", mode: "a") }
+      before_worker_fork { |i| File.write("#{dir}/forks", "\#{i}:\#{Process.pid}\n", mode: "a") }
       #{extra}
     RUBY
   end
@@ -44,6 +45,8 @@ class ClusterReforkTest < Minitest::Test
         assert File.exist?("#{dir}/before-#{pids[0]}")
         assert_equal "x", File.read("#{dir}/after-#{pids[0]}")
         assert_equal "x", File.read("#{dir}/on-#{pids[0]}"), "on_refork is Puma's older name of before_refork"
+        assert_equal ["0:#{master}", "1:#{pids[0]}", "2:#{pids[0]}"], File.read("#{dir}/forks").split.sort,
+                     "before_worker_fork runs in the process that forks"
         assert_match(/Restarts: .* refork \(URG\) yes/, s.stdout)
 
         answer = s.control("refork")
@@ -123,8 +126,14 @@ class ClusterReforkTest < Minitest::Test
         again = s.booted_workers[1]
         assert_equal pids[0], parent_of(again)
         assert_match(/Worker 1 \(PID: #{pids[1]}\) died: exited \(not the master's child/, s.stderr)
+        # Worker 0 is forked again from the master; worker 1 serves on.
+        Process.kill("KILL", pids[0])
+        s.wait_until(15, "worker 0 forked again") { (p = s.booted_workers[0]) && p != pids[0] }
+        zero = s.booted_workers[0]
+        assert_equal s.pid, parent_of(zero)
+        assert s.alive?(again)
         Process.kill("TERM", s.pid)
-        s.wait_until(15, "every worker stopped") { !s.alive?(again) && !s.alive?(pids[0]) }
+        s.wait_until(15, "every worker stopped") { !s.alive?(again) && !s.alive?(zero) }
         s.wait_until(15, "the master's goodbye") { s.stdout.include?("Goodbye") }
       end
     end
