@@ -53,12 +53,14 @@ module Tsubame
       nil
     end
 
-    # Objects that survived a few collections and sit packed together are
-    # pages no child writes to: GC.compact moves the live objects together
-    # (Ruby >= 2.7 where the platform allows), so fewer pages are touched
-    # when the children mark and allocate.
+    # Pages no child writes to are pages that stay shared. A young object
+    # is written to when a later collection promotes it (its age is in its
+    # header), so four full collections first make every survivor old, as
+    # nakayoshi_fork does; then GC.compact moves the live objects together
+    # (Ruby >= 2.7 where the platform allows), so the children's new objects
+    # land on fewer shared pages.
     def compact_heap
-      GC.start
+      4.times { GC.start(full_mark: true, immediate_sweep: true) }
       GC.compact if GC.respond_to?(:compact)
     rescue NotImplementedError
       nil
