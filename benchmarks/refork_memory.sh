@@ -4,10 +4,11 @@
 # after REQUESTS requests (ab, a new connection each, CONCURRENCY at
 # once), for Tsubame and Debian's Puma 5.6.5, each without fork_worker,
 # with `fork_worker FORK_AFTER` (a refork once worker 0 has served that
-# many requests: 400 by default, past the 300 requests that warm a process
-# up; Puma's default of 1000 would come after the run for some of the
-# rounds, worker 0 serving about a quarter of the 5,000) and, for
-# reference, with preload_app!. PSS comes from
+# many requests: 200 by default, past the 100 requests that warm a process
+# up; worker 0 serves a tenth to a quarter of the 5,000, so Puma's default
+# of 1000 would come after the run in some rounds and near its end in
+# others) and, for reference, with preload_app!. Each round says how many
+# reforks (Puma 5.6.5: phased restarts) the server logged. PSS comes from
 # /proc/PID/smaps_rollup, read SETTLE seconds after the last request;
 # one server at a time; the median of ROUNDS runs.
 #
@@ -23,7 +24,7 @@ WORKERS=${WORKERS:-4}
 THREADS=${THREADS:-5}
 CONCURRENCY=${CONCURRENCY:-8}
 SETTLE=${SETTLE:-5}
-FORK_AFTER=${FORK_AFTER:-400}
+FORK_AFTER=${FORK_AFTER:-200}
 PORT=${PORT:-19471}
 APP=benchmarks/apps/rails_warm_heap.ru
 WORK=$(mktemp -d)
@@ -61,7 +62,7 @@ worker_pss() {
   echo "$((total / 1024)) $((own / 1024)) $count"
 }
 
-# run SERVER MODE: one round; prints "TOTAL_PSS MASTER_PSS WORKERS".
+# run SERVER MODE: one round; prints "TOTAL_PSS MASTER_PSS WORKERS REFORKS".
 run() {
   local server=$1 mode=$2 log="$WORK/$1-$2.log"
   if [ "$server" = tsubame ]; then
@@ -88,8 +89,7 @@ run() {
     [ "$(worker_pss "$SERVER_PID" | cut -d' ' -f3)" -le "$WORKERS" ] && break
     sleep 0.1
   done
-  worker_pss "$SERVER_PID"
-  echo "  reforks logged: $(grep -cE "Starting worker refork|Starting phased worker restart" "$log" || true)" >&2
+  echo "$(worker_pss "$SERVER_PID") $(grep -cE "Starting worker refork|Starting phased worker restart" "$log" || true)"
   stop_server
 }
 
@@ -99,8 +99,9 @@ for server in tsubame puma; do
     totals=()
     masters=()
     for round in $(seq 1 "$ROUNDS"); do
-      read -r total master count < <(run "$server" "$mode")
-      echo "$server $mode round $round: workers' PSS ${total} MB ($count workers), master ${master} MB" >&2
+      read -r total master count reforks < <(run "$server" "$mode")
+      echo "$server $mode round $round: workers' PSS ${total} MB ($count workers), master ${master} MB," \
+        "$reforks refork(s)" >&2
       totals+=("$total")
       masters+=("$master")
     done

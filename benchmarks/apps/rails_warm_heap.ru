@@ -49,13 +49,13 @@ end.freeze
 
 class PagesController < ActionController::Base
   # Built by the requests: ~30 MB per process, one chunk per request for
-  # the first 300 requests a process serves.
+  # the first 100 requests a process serves.
   LAZY = {} # rubocop:disable Style/MutableConstant
-  LAZY_CHUNKS = 300
+  LAZY_CHUNKS = 100
 
   def show
     n = LAZY.size
-    LAZY[n] = Array.new(1000) { |j| "lazy-entry-#{n}-#{j}-#{"v" * 40}" } if n < LAZY_CHUNKS
+    LAZY[n] = Array.new(3000) { |j| "lazy-entry-#{n}-#{j}-#{"v" * 40}" } if n < LAZY_CHUNKS
     model = Catalog.const_get("Model#{params[:id].to_i % 3000}").new(name: "x")
     # Fixed width, so that ab sees every response the same length.
     render plain: format("%-12s %10.1f %4d %6d\n", model.name, model.price, LAZY.size, BOOT_CACHE.size)
