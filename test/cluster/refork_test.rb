@@ -167,4 +167,20 @@ class ClusterReforkTest < Minitest::Test
       assert_match(/workers' memory: rss [\d.]+ MB, pss [\d.]+ MB, uss [\d.]+ MB; master: pss [\d.]+ MB/, ctl)
     end
   end
+
+  # A hot restart's new master adopts the old workers, those worker 0
+  # forked too (they are not its children), and stops them once its own
+  # serve.
+  def test_hot_restart_retires_the_workers_forked_from_worker_zero
+    with_cluster(APP, workers: 2, config: "fork_worker 0\n") do |s|
+      pids = s.wait_for_workers(2)
+      Process.kill("USR2", s.pid)
+      s.wait_until(60, "new workers serving and the old ones gone") do
+        now = s.booted_workers
+        now.size == 2 && (now.values & pids.values).empty? && pids.values.none? { |pid| s.alive?(pid) }
+      end
+      assert_match(/\* Hot restart: 2 old worker\(s\) serve until the new ones boot/, s.stdout)
+      assert_match(/Old worker \(PID: #{pids[1]}\) stopped \(replaced by hot restart\)/, s.stdout)
+    end
+  end
 end

@@ -662,7 +662,7 @@ module Tsubame
     # fork_worker: the others are forked from it.
     def cull_workers
       active = @workers.select(&:active?).sort_by(&:started_at)
-      active.reject! { |w| w.index.zero? } if fork_worker?
+      active.reject! { |w| w.index == 0 } if fork_worker?
       excess = @workers.count(&:active?) - @wanted
       return unless excess.positive?
 

@@ -16,7 +16,7 @@ module Tsubame
     # The worker the others are forked from: worker 0, booted, serving,
     # with its fork link open.
     def mold
-      @workers.find { |w| w.index.zero? && w.active? && w.booted? && w.fork_link && !w.fork_link.closed? }
+      @workers.find { |w| w.index == 0 && w.active? && w.booted? && w.fork_link && !w.fork_link.closed? }
     end
 
     # URG, `tsubame ctl refork`, or the request count. Like Puma: a new
@@ -42,7 +42,7 @@ module Tsubame
     # worker 0 started by a phased restart warms the next generation too.
     def check_auto_refork(worker)
       count = @options[:fork_worker]
-      return unless fork_worker? && count.positive? && worker.index.zero? && !worker.auto_reforked
+      return unless fork_worker? && count.positive? && worker.index == 0 && !worker.auto_reforked
       return unless worker.requests_count >= count && worker == mold
 
       worker.auto_reforked = true
@@ -87,7 +87,7 @@ module Tsubame
       return false unless fork_worker?
       return true if replacing?
 
-      zero = @workers.find { |w| w.index.zero? && w.active? }
+      zero = @workers.find { |w| w.index == 0 && w.active? }
       if zero && zero.phase < @phase
         replace(zero, "is from phase #{zero.phase}") if zero.booted?
         return true
