@@ -180,7 +180,9 @@ class ClusterReforkTest < Minitest::Test
         now.size == 2 && (now.values & pids.values).empty? && pids.values.none? { |pid| s.alive?(pid) }
       end
       assert_match(/\* Hot restart: 2 old worker\(s\) serve until the new ones boot/, s.stdout)
-      assert_match(/Old worker \(PID: #{pids[1]}\) stopped \(replaced by hot restart\)/, s.stdout)
+      s.wait_until(15, "the forked old worker's end logged") do
+        s.stdout.match?(/Old worker \(PID: #{pids[1]}\) stopped \(replaced by hot restart\)/)
+      end
     end
   end
 end
