@@ -58,12 +58,16 @@ module Tsubame
     # header), so four full collections first make every survivor old, as
     # nakayoshi_fork does; then GC.compact moves the live objects together
     # (Ruby >= 2.7 where the platform allows), so the children's new objects
-    # land on fewer shared pages.
+    # land on fewer shared pages. Last, malloc_trim: the memory those
+    # collections freed goes back to the OS instead of being a resident
+    # page every child shares and then copies when it allocates there.
     def compact_heap
       4.times { GC.start(full_mark: true, immediate_sweep: true) }
       GC.compact if GC.respond_to?(:compact)
     rescue NotImplementedError
       nil
+    ensure
+      @worker.trim_memory
     end
 
     def fork_one(index, phase, io, batch)

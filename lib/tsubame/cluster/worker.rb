@@ -65,6 +65,12 @@ module Tsubame
       0
     end
 
+    # Worker 0 under fork_worker, before a batch: the stopped server's
+    # allocators give back what they hold free (see Mold#compact_heap).
+    def trim_memory
+      @server&.trim_memory
+    end
+
     # Worker 0 under fork_worker, from its Mold's thread: stop serving so
     # that the main thread can fork (see #serve).
     def pause_for_fork

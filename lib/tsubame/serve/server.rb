@@ -185,6 +185,12 @@ module Tsubame
       @native.stats
     end
 
+    # What the allocators hold free goes back to the OS (IdleMemory's trim,
+    # also worker 0's before it forks); true if glibc returned any.
+    def trim_memory
+      @native.trim_memory
+    end
+
     # HUP with TLS binds: new handshakes get the certificate and key now on
     # disk, open connections keep theirs. A file that cannot be used is
     # logged by name and that bind keeps its old certificate.
