@@ -188,4 +188,13 @@ class ClusterPumaDirectivesTest < Minitest::Test
       end
     end
   end
+
+  # The master's and workers' lines go through log_formatter too, without
+  # the "[pid] " prefix the formatter replaces.
+  def test_log_formatter_formats_the_clusters_lines
+    with_cluster(PID_APP, workers: 2, config: %(log_formatter { |line| "CL| \#{line}" }\n)) do |s|
+      assert_match(/^CL\| - Worker 0 \(PID: \d+\) booted/, s.stdout)
+      refute_match(/^\[\d+\]/, s.stdout)
+    end
+  end
 end

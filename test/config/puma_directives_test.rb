@@ -254,4 +254,16 @@ class PumaDirectivesTest < Minitest::Test
     assert_match(/-C #{Regexp.escape(file("puma.rb"))}/, File.read(file("restarted")), "with the original arguments")
     assert_equal first["pwd"], probe(server)["pwd"]
   end
+
+  def test_a_hot_restart_follows_directory_to_the_new_release
+    %w[1 2].each { |n| FileUtils.mkdir_p(File.join(@dir, "releases", n)) }
+    File.symlink(File.join(@dir, "releases", "1"), File.join(@dir, "current"))
+    server = start(%(directory "#{@dir}/current"\n))
+    assert_equal File.realpath(File.join(@dir, "releases", "1")), probe(server)["pwd"]
+    File.unlink(File.join(@dir, "current"))
+    File.symlink(File.join(@dir, "releases", "2"), File.join(@dir, "current"))
+    server.signal("USR2")
+    Timeout.timeout(30) { sleep 0.05 until server.stdout.scan("Use Ctrl-C").size >= 2 }
+    assert_equal File.realpath(File.join(@dir, "releases", "2")), probe(server)["pwd"]
+  end
 end
