@@ -185,4 +185,31 @@ class ClusterReforkTest < Minitest::Test
       end
     end
   end
+
+  # A stop that comes while worker 0 forks a batch: worker 0 does not serve
+  # again, it exits as soon as the batch is done.
+  def test_a_stop_during_a_batch_stops_worker_zero
+    Dir.mktmpdir do |dir|
+      config = <<~RUBY
+        fork_worker 0
+        before_refork do
+          File.write("#{dir}/in-hook", "")
+          sleep 2 if File.exist?("#{dir}/slow")
+        end
+      RUBY
+      with_cluster(APP, workers: 2, config: config) do |s|
+        pids = s.wait_for_workers(2)
+        File.write("#{dir}/slow", "")
+        File.delete("#{dir}/in-hook")
+        s.control("refork")
+        s.wait_until(10, "worker 0 in before_refork") { File.exist?("#{dir}/in-hook") }
+        started = monotonic
+        Process.kill("TERM", s.pid)
+        s.wait_until(20, "the master's goodbye") { s.stdout.include?("- Goodbye!") }
+        assert_operator monotonic - started, :<, 15, "well within worker_shutdown_timeout (35 s)"
+        assert_match(/Worker 0 \(PID: #{pids[0]}\) stopped \(shutting down\): exit status 0/, s.stdout)
+        refute_match(/killing it/, s.stderr)
+      end
+    end
+  end
 end

@@ -100,7 +100,13 @@ module Tsubame
 
         @requests_before += @server.stats["requests_total"].to_i
         @mold.fork_batch(batch)
+        # A TERM while the batch was forked stopped nothing (the server was
+        # stopped already): it is honoured here, and once more right after
+        # the new server exists, in case it came in between.
+        break if @stop_requested
+
         start_server
+        @server.stop if @stop_requested
       end
     end
 
