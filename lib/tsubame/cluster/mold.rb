@@ -91,7 +91,6 @@ module Tsubame
       @fork_link.close
       @worker.link.close
       link = WorkerLink.new(io)
-      link.send("type" => "forked", "pid" => Process.pid, "index" => index)
       tag = @worker.options[:tag] ? " [#{@worker.options[:tag]}]" : ""
       Process.setproctitle("tsubame: cluster worker #{index}: #{@worker.master_pid}#{tag}")
       status = Worker.new(index: index, phase: phase, master_pid: @worker.master_pid, options: @worker.options,

@@ -50,6 +50,10 @@ module Tsubame
     def run
       started = monotonic
       install_traps
+      # Forked by worker 0: the master learns the pid from this, and may
+      # answer with the TERM of a stop begun meanwhile, which these traps
+      # (not worker 0's, inherited) must be there to take.
+      @link.send("type" => "forked", "pid" => Process.pid, "index" => @index) if @forked
       BootChecks.restore_output(@options)
       Hooks.run(@options[:on_worker_boot], @index)
       @app ||= AppLoader.load_app(@options)
