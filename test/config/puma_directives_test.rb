@@ -271,4 +271,21 @@ class PumaDirectivesTest < Minitest::Test
     Timeout.timeout(30) { sleep 0.05 until server.stdout.scan("Use Ctrl-C").size >= 2 }
     assert_equal File.realpath(File.join(@dir, "releases", "2")), probe(server)["pwd"]
   end
+
+  # While the out_of_band hooks run, no request starts (Puma: "the worker
+  # doesn't accept new requests until this code finishes").
+  def test_requests_wait_for_the_out_of_band_hooks
+    server = start(<<~RUBY)
+      threads 2, 2
+      out_of_band do
+        File.write("#{file("oob-start")}", "")
+        sleep 2.5
+      end
+    RUBY
+    probe(server)
+    Timeout.timeout(10) { sleep 0.01 until File.exist?(file("oob-start")) }
+    started = monotonic
+    probe(server)
+    assert_operator monotonic - started, :>=, 1.0, "the second request waited for the hook"
+  end
 end
