@@ -212,4 +212,21 @@ class ClusterReforkTest < Minitest::Test
       end
     end
   end
+
+  def test_single_mode_stats_report_the_process_memory
+    Dir.mktmpdir do |dir|
+      sock = File.join(dir, "ctl.sock")
+      server = Tsubame::TestServer.new(APP, args: ["--control-url", "unix://#{sock}", "--control-token", "t"])
+      ctl = IO.popen([RbConfig.ruby, "-Ilib", Tsubame::TestHelpers::EXE, "ctl", "-C", "unix://#{sock}", "-T", "t",
+                      "stats"], err: %i[child out], &:read)
+      assert_match(/^memory: rss [\d.]+ MB, pss [\d.]+ MB, uss [\d.]+ MB$/, ctl)
+      json = IO.popen([RbConfig.ruby, "-Ilib", Tsubame::TestHelpers::EXE, "ctl", "-C", "unix://#{sock}", "-T", "t",
+                       "--json", "stats"], &:read)
+      memory = JSON.parse(json)["memory"]
+      assert_operator memory["pss_mb"], :>, 0
+      assert_operator memory["uss_mb"], :<=, memory["rss_mb"]
+    ensure
+      server&.kill
+    end
+  end
 end
