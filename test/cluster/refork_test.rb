@@ -229,4 +229,29 @@ class ClusterReforkTest < Minitest::Test
       server&.kill
     end
   end
+
+  # Recycling replaces a forked worker with a new fork of worker 0, and
+  # worker 0 with a new child of the master, one at a time as before.
+  def test_worker_max_requests_recycles_forked_workers
+    config = "fork_worker 0\nworker_check_interval 0.2\nworker_max_requests 40\n"
+    with_cluster(APP, workers: 2, config: config) do |s|
+      first = s.wait_for_workers(2)
+      load = Tsubame::LoadLoop.new(s.port)
+      s.wait_until(30, "both first workers replaced") do
+        first.values.none? { |pid| s.alive?(pid) } && s.stdout.include?("Worker 1 (PID: #{first[1]}) stopped")
+      end
+      load.stop
+      assert_empty load.failures.map(&:detail), "no request failed"
+      now = s.wait_for_workers(2)
+      # Once a replacement under way is done, one worker per index (not a
+      # fork more for each check-in over the limit).
+      s.wait_until(20, "one worker per index") do
+        s.stats["worker_status"].reject { |w| w["stopping"] }.map { |w| w["index"] }.sort == [0, 1]
+      end
+      assert_match(/Worker 1 \(PID: #{first[1]}\) served \d+ requests \(worker_max_requests 40\); starting its/, s.stdout)
+      assert_match(/Worker 1 \(PID: #{first[1]}\) stopped \(replaced by PID \d+\)/, s.stdout)
+      assert_operator s.stdout.scan(/- Worker 1 forked from worker 0/).size, :>=, 2, "its replacement is a fork too"
+      assert_equal 2, now.size
+    end
+  end
 end

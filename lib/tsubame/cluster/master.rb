@@ -706,7 +706,8 @@ module Tsubame
     end
 
     def spawn(index)
-      return fork_missing([index]) if fork_worker? && !index.zero?
+      # Forked by worker 0 (nil until it serves).
+      return fork_missing([index])&.first if fork_worker? && !index.zero?
 
       master_end, worker_end = WorkerLink.pair
       fork_master, fork_worker_end = fork_worker? ? ForkLink.pair : [nil, nil]

@@ -50,14 +50,16 @@ module Tsubame
     end
 
     # Workers of indexes 1.. that are missing, forked from worker 0 in one
-    # batch once it serves (until then they wait for it).
+    # batch once it serves (until then they wait for it). Returns their
+    # handles, or nil.
     def fork_missing(indexes)
       zero = mold
       fork_from_mold(zero, indexes.map { |index| [index, nil] }) if zero && indexes.any?
     end
 
     # pairs: [[index, worker it replaces or nil], ...]. One request to
-    # worker 0, which stops serving once for the whole batch.
+    # worker 0, which stops serving once for the whole batch. Returns the
+    # new handles (never forked if worker 0 was gone: they fail as boots).
     def fork_from_mold(zero, pairs)
       batch = []
       handles = pairs.map do |index, old|
@@ -73,10 +75,9 @@ module Tsubame
       @lock.synchronize { @workers.concat(handles) }
       sent = zero.fork_link.request(batch)
       batch.each { |_, _, io| io.close }
-      return if sent
-
       # Worker 0 is gone: these were never forked.
-      handles.each { |handle| handle.link.close }
+      handles.each { |handle| handle.link.close } unless sent
+      handles
     end
 
     # Phased restart and refork under fork_worker: worker 0 first (from
