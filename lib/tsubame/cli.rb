@@ -63,9 +63,14 @@ module Tsubame
       @options.set(:rackup, rest.first, layer: LAYER) if rest.first
     end
 
+    # An inline `app` needs none; a relative path is read from `directory`
+    # when the config names one (the launcher changes to it first).
     def check_rackup
+      return if @options[:app]
+
       path = @options[:rackup]
-      raise ConfigError, "rackup file not found: #{path}" unless File.file?(path)
+      found = File.file?(File.expand_path(path, @options[:directory] || Dir.pwd))
+      raise ConfigError, "rackup file not found: #{path}" unless found
     end
 
     def parser

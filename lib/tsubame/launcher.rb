@@ -22,6 +22,8 @@ require "tsubame/support/systemd_notify"
 require "tsubame/serve/idle_timeout"
 require "tsubame/serve/custom_logger"
 require "tsubame/config/puma_constant"
+require "tsubame/support/formatted_output"
+require "tsubame/config/boot_checks"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -56,10 +58,15 @@ module Tsubame
     # mode only: a cluster's master has no server). Returns the exit status
     # once the server has stopped.
     def run
+      BootChecks.sync_output(@options)
       # The banner is how scripts and tests learn the real addresses, so it
       # must not sit in a buffer when stdout is a pipe.
       @stdout.sync = true
+      @stdout = FormattedOutput.wrap(@stdout, @options[:log_formatter])
+      @stderr = FormattedOutput.wrap(@stderr, @options[:log_formatter])
       ENV["RACK_ENV"] = @options[:environment]
+      BootChecks.change_directory(@options)
+      HotRestart.configure(restart_command: @options[:restart_command], directory: @options[:directory])
       # systemd's variables go before any app code could see them or a
       # worker inherit them (see SystemdNotify, SocketActivation).
       @systemd = SystemdNotify.take
@@ -73,7 +80,9 @@ module Tsubame
       return run_stand_in if HotRestart.stand_in?
 
       warn_ignored
-      return run_cluster if @options[:workers].positive?
+      BootChecks.warnings(@options).each { |warning| @stderr.puts "tsubame: warning: #{warning}" }
+      BootChecks.debug_lines(@options).each { |line| @stdout.puts line } if @options[:debug]
+      return stopped(run_cluster) if @options[:workers].positive?
 
       print_header
       server = server_class.new(@app || load_app, @options)
@@ -81,7 +90,7 @@ module Tsubame
       server.listeners.notes.each { |note| @stdout.puts note }
       print_addresses(server.addresses)
       yield server if block_given?
-      serve(server)
+      stopped(serve(server))
     end
 
     # For the control app in single mode (see ControlApp): what a master
@@ -101,6 +110,7 @@ module Tsubame
         "mode" => "single",
         "pid" => Process.pid,
         "rss_mb" => ProcessInfo.rss_mb(Process.pid),
+        "memory" => ProcessInfo.memory(Process.pid),
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }.merge(status.reject { |key, _| key == "engine" }).merge("engine" => status["engine"])
     end
@@ -117,7 +127,24 @@ module Tsubame
 
     def run_cluster
       require "tsubame/cluster/master"
-      Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr, systemd: @systemd).run
+      cluster = Cluster.new(@options, app: @app, stdout: @stdout, stderr: @stderr, systemd: @systemd)
+      status = cluster.run
+      @sigterm ||= cluster.sigterm?
+      status
+    end
+
+    # The server has stopped (a hot restart never gets here: it execs;
+    # after_stopped, alias on_stopped, ran already): with
+    # raise_exception_on_sigterm, a stop a TERM began ends the process by
+    # SIGTERM as Puma's does.
+    def stopped(status)
+      if @sigterm && @options[:raise_exception_on_sigterm]
+        @stdout.flush
+        trap("TERM", "DEFAULT")
+        Process.kill("TERM", Process.pid)
+        sleep 1
+      end
+      status
     end
 
     def serve(server)
@@ -129,6 +156,7 @@ module Tsubame
       # that waits for it may signal at once (a USR2 before the traps
       # would kill the process).
       @stdout.puts "Use Ctrl-C to stop"
+      BootChecks.restore_output(@options)
       LogRedirect.apply(@options)
       watcher = watch_restart_file if @options[:tmp_restart]
       restarter = nil
@@ -189,7 +217,7 @@ module Tsubame
     end
 
     def load_app
-      AppLoader.load(@options[:rackup])
+      AppLoader.load_app(@options)
     end
 
     def warn_ignored
@@ -232,7 +260,9 @@ module Tsubame
 
     def on_signal(signal, server)
       case signal
-      when "TERM", "INT" then leave(server)
+      when "TERM", "INT"
+        @sigterm = true if signal == "TERM"
+        leave(server)
       when "USR2" then request_restart
       when "HUP" then hangup(server)
       else

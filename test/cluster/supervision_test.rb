@@ -92,8 +92,9 @@ class ClusterSupervisionTest < Minitest::Test
     app = "sleep 30\nrun ->(env) { [200, {}, []] }\n"
     config = "worker_boot_timeout 1\n"
     server = Tsubame::TestServer.new(app, args: ["-w", "1", "-C", write_config(config)])
+    # The kill is logged first, the reap a moment later.
     Timeout.timeout(10) do
-      sleep 0.1 until server.stderr.include?("did not boot within 1.0s")
+      sleep 0.1 until server.stderr.include?("did not boot within 1.0s") && server.stderr.include?("died while booting")
     end
     assert_match(/Worker 0 \(PID: \d+\) died while booting: killed by SIGKILL/, server.stderr)
   ensure

@@ -15,6 +15,8 @@ require "tsubame/config/app_loader"
 require "tsubame/cluster/worker"
 require "tsubame/cluster/worker_handle"
 require "tsubame/cluster/worker_link"
+require "tsubame/cluster/fork_link"
+require "tsubame/cluster/reforking"
 require "tsubame/control/run_files"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
@@ -33,8 +35,9 @@ module Tsubame
   # workers, and by a short tick for timeouts.
   class Cluster
     include Clock
+    include Reforking
 
-    SIGNALS = %w[TERM INT USR1 USR2 TTIN TTOU HUP CHLD].freeze
+    SIGNALS = %w[TERM INT USR1 USR2 TTIN TTOU HUP CHLD URG].freeze
 
     # The loop's longest sleep: bounds how late a timeout is noticed. Deaths
     # and signals wake it at once.
@@ -92,7 +95,8 @@ module Tsubame
       @master_pid = Process.pid
       print_header
       preload
-      @listeners = Listeners.bind(SocketActivation.binds(SelfSigned.binds(@options), @options), @options[:backlog])
+      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog],
+                                  activated_binds: @options[:bind_to_activated_sockets])
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
@@ -112,7 +116,7 @@ module Tsubame
 
     # Asks the master's loop to do something (from a trap handler or the
     # control app's thread): :stop, :halt, :phased_restart, :hot_restart,
-    # :worker_count_up, :worker_count_down, :reopen_logs.
+    # :worker_count_up, :worker_count_down, :reopen_logs, :refork.
     def command(name)
       @commands << name
       @wakeup_w&.write_nonblock(".", exception: false)
@@ -125,18 +129,25 @@ module Tsubame
     def stats
       workers = @lock.synchronize { @workers.dup }
       active = workers.select(&:active?)
+      statuses = workers.reject(&:adopted?).sort_by { |w| [w.index, w.started_at] }.map(&:to_status)
+      # Read now, not at the last check-in: what an operator (or a
+      # benchmark) asks about is the memory at this moment.
+      statuses.each { |status| status["memory"] = status["pid"] && ProcessInfo.memory(status["pid"]) }
       {
         "started_at" => @started_at.utc.iso8601,
         "workers" => active.size,
         "phase" => @phase,
         "booted_workers" => active.count(&:booted?),
         "old_workers" => workers.count { |w| w.adopted? || w.phase < @phase },
-        "worker_status" => workers.reject(&:adopted?).sort_by { |w| [w.index, w.started_at] }.map(&:to_status),
+        "worker_status" => statuses,
         "mode" => "cluster",
         "master_pid" => @master_pid,
         "workers_wanted" => @wanted,
         "worker_deaths" => @worker_deaths,
         "worker_kills" => @worker_kills,
+        "fork_worker" => @options[:fork_worker],
+        "master_memory" => ProcessInfo.memory(Process.pid),
+        "workers_memory" => memory_total(statuses),
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }
     end
@@ -145,11 +156,27 @@ module Tsubame
       true
     end
 
+    # The sums over the workers' memory: total pss is what they take
+    # together.
+    def memory_total(statuses)
+      known = statuses.filter_map { |status| status["memory"] }
+      %w[rss_mb pss_mb uss_mb].to_h { |key| [key, known.sum { |m| m[key] }.round(1)] }
+    end
+
     # Whether workers fork from an app loaded in the master (preload_app!,
     # or an app handed over by the Rack handler): then a phased restart
     # could not load new code.
     def preloaded?
       !@app.nil?
+    end
+
+    def fork_worker?
+      !@options[:fork_worker].nil?
+    end
+
+    # Whether a TERM began the stop (raise_exception_on_sigterm).
+    def sigterm?
+      @sigterm ? true : false
     end
 
     # Sends a request ("gc", "backtraces") to every serving worker and
@@ -180,14 +207,15 @@ module Tsubame
       @log.info("*   Master PID: #{Process.pid}")
       @log.info("*      Workers: #{@wanted}")
       phased = @options[:preload_app] || @app ? "no (preload_app!)" : "yes"
-      @log.info("*     Restarts: hot (USR2) yes, phased (USR1) #{phased}")
+      refork = fork_worker? ? "yes" : "no"
+      @log.info("*     Restarts: hot (USR2) yes, phased (USR1) #{phased}, refork (URG) #{refork}")
     end
 
     def preload
       return if @app || !@options[:preload_app]
 
       @log.info("* Preloading application")
-      @app = AppLoader.load(@options[:rackup])
+      @app = AppLoader.load_app(@options)
     end
 
     def boot_master
@@ -222,14 +250,18 @@ module Tsubame
 
     def trap_signals
       SIGNALS.to_h do |signal|
-        [signal, trap(signal) { command(signal_command(signal)) }]
+        [signal, trap(signal) do
+          @sigterm = true if signal == "TERM"
+          command(signal_command(signal))
+        end]
       end
     end
 
     def signal_command(signal)
       {
         "TERM" => :stop, "INT" => :stop, "USR1" => :phased_restart, "USR2" => :hot_restart,
-        "TTIN" => :worker_count_up, "TTOU" => :worker_count_down, "HUP" => :hangup, "CHLD" => :reap
+        "TTIN" => :worker_count_up, "TTOU" => :worker_count_down, "HUP" => :hangup, "CHLD" => :reap,
+        "URG" => :refork
       }.fetch(signal)
     end
 
@@ -318,9 +350,11 @@ module Tsubame
     def receive(worker, message)
       case message["type"]
       when "boot" then booted(worker)
+      when "forked" then forked(worker, message)
       when "ping"
         worker.checked_in!(message["status"])
         worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
+        check_auto_refork(worker)
       when "reply"
         queue = @lock.synchronize { @replies[message["id"]] }
         queue&.push(message)
@@ -373,6 +407,7 @@ module Tsubame
         when :hot_restart then hot_restart
         when :worker_count_up then change_worker_count(+1)
         when :worker_count_down then change_worker_count(-1)
+        when :refork then start_refork("refork requested")
         end
       end
     end
@@ -391,6 +426,8 @@ module Tsubame
       if @restart_check && (pid, status = wait_for(@restart_check.pid)) && pid
         @restart_check.exited(status)
       end
+      reap_strays
+      # Workers that are not this process's children (Reforking).
       reap_others
     end
 
@@ -401,7 +438,7 @@ module Tsubame
     end
 
     # Any other child (one the app forked and left) is reaped too.
-    def reap_others
+    def reap_strays
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
@@ -417,6 +454,7 @@ module Tsubame
     def exited(worker, status)
       @lock.synchronize { @workers.delete(worker) }
       worker.link&.close
+      worker.fork_link&.close
       how = describe_status(status)
       if worker.stopping?
         @log.info("- #{worker.describe} stopped (#{worker.stop_reason}): #{how}")
@@ -466,7 +504,9 @@ module Tsubame
     end
 
     def describe_status(status)
-      if status.signaled?
+      if status.nil?
+        "exited (not the master's child: no exit status)"
+      elsif status.signaled?
         "killed by SIG#{Signal.signame(status.termsig)}"
       elsif status.exited?
         "exit status #{status.exitstatus}"
@@ -508,6 +548,10 @@ module Tsubame
     end
 
     def kill(worker, why)
+      # Never forked by worker 0: nothing to kill; closing its link makes
+      # it a failed boot (#reap_others).
+      return worker.link&.close if worker.pid.nil?
+
       @worker_kills += 1
       @log.error("! #{worker.describe} #{why}; killing it")
       signal(worker, "KILL")
@@ -564,20 +608,26 @@ module Tsubame
       @phase += 1
       @phased_restart = true
       @log.info("- Starting phased worker restart, phase: #{@phase}")
+      change_directory
       @systemd.reloading("Phased restart to phase #{@phase}")
     end
 
     def advance_phased_restart
-      return if !@phased_restart || replacing?
+      return if !@phased_restart || advance_fork_worker_restart || replacing?
 
       old = @workers.find { |w| w.active? && w.booted? && w.phase < @phase }
       if old
         replace(old, "is from phase #{old.phase}")
       elsif @workers.none? { |w| w.active? && w.phase < @phase }
-        @phased_restart = false
-        @log.info("- Phased restart done, phase: #{@phase}")
-        @systemd.ready(systemd_status)
+        finish_phased_restart
       end
+    end
+
+    def finish_phased_restart
+      what = @phased_restart == :refork ? "Refork" : "Phased restart"
+      @phased_restart = false
+      @log.info("- #{what} done, phase: #{@phase}")
+      @systemd.ready(systemd_status)
     end
 
     # USR2, `ctl restart`, tmp/restart.txt. The exec'd master is all that
@@ -634,7 +684,7 @@ module Tsubame
       Hooks.run_logged(@options[:on_restart], "on_restart", @log)
       @control&.stop
       @stdout.flush
-      error = HotRestart.exec(@listeners, workers: @workers.map(&:pid), env: @systemd.exec_env)
+      error = HotRestart.exec(@listeners, workers: @workers.filter_map(&:pid), env: @systemd.exec_env)
       @log.error("! hot restart failed: #{error.message}; carrying on")
       @systemd.ready("Hot restart failed: #{error.message}; #{systemd_status}")
       @control&.start
@@ -650,15 +700,47 @@ module Tsubame
 
       @wanted = wanted
       @log.info("- Worker count #{delta.positive? ? "raised" : "lowered"} to #{@wanted}")
-      @workers.each { |w| stop_worker(w, "worker count lowered") if w.active? && w.index >= @wanted }
+      cull_workers if delta.negative?
+    end
+
+    # worker_culling_strategy: the youngest workers (Puma's default) or
+    # the oldest stop; a kept worker whose index is now past the count
+    # takes a freed index, so indexes stay 0...count. Worker 0 stays under
+    # fork_worker: the others are forked from it.
+    def cull_workers
+      active = @workers.select(&:active?).sort_by(&:started_at)
+      active.reject! { |w| w.index == 0 } if fork_worker?
+      excess = @workers.count(&:active?) - @wanted
+      return unless excess.positive?
+
+      culled = @options[:worker_culling_strategy] == :oldest ? active.first(excess) : active.last(excess)
+      culled.each { |w| stop_worker(w, "worker count lowered (#{@options[:worker_culling_strategy]} culled)") }
+      kept = @workers.select(&:active?)
+      free = (0...@wanted).reject { |index| kept.any? { |w| w.index == index } }
+      kept.select { |w| w.index >= @wanted }.zip(free).each do |worker, index|
+        @log.info("- #{worker.describe} now serves as worker #{index}")
+        worker.index = index
+      end
+    end
+
+    # `directory`, again before a phased restart's workers load the app: a
+    # symlink to the release is followed to the new one.
+    def change_directory
+      dir = @options[:directory] or return
+      Dir.chdir(dir)
+      @log.info("+ Changing to #{dir}")
+    rescue SystemCallError => e
+      @log.error("! cannot change to #{dir}: #{e.message}")
     end
 
     def spawn_missing
       return if monotonic < @respawn_at
 
-      (0...@wanted).each do |index|
-        spawn(index) unless @workers.any? { |w| w.index == index && w.active? }
-      end
+      missing = (0...@wanted).reject { |index| @workers.any? { |w| w.index == index && w.active? } }
+      return missing.each { |index| spawn(index) } unless fork_worker?
+
+      spawn(0) if missing.delete(0)
+      fork_missing(missing)
     end
 
     # Once every index has a booted worker of this master, the previous
@@ -671,35 +753,47 @@ module Tsubame
     end
 
     def spawn(index)
+      # Forked by worker 0 (nil until it serves).
+      return fork_missing([index])&.first if fork_worker? && !index.zero?
+
       master_end, worker_end = WorkerLink.pair
+      fork_master, fork_worker_end = fork_worker? ? ForkLink.pair : [nil, nil]
+      Hooks.run_logged(@options[:before_worker_fork], "before_worker_fork", @log, index)
+      compact_before_fork if @options[:nakayoshi_fork] && @app
       pid = begin
         fork do
           master_end.close
-          exit(child(index, worker_end))
+          fork_master&.close
+          exit(child(index, worker_end, fork_worker_end))
         end
       rescue SystemCallError => e
-        [master_end, worker_end].each(&:close)
+        [master_end, worker_end, fork_master, fork_worker_end].compact.each(&:close)
         @log.error("! cannot fork worker #{index}: #{e.message}; retrying in 1s")
         @respawn_at = monotonic + 1
         return nil
       end
       worker_end.close
+      fork_worker_end&.close
       worker = WorkerHandle.new(pid: pid, index: index, phase: @phase, link: master_end)
+      worker.fork_link = fork_master
       @lock.synchronize { @workers << worker }
       Hooks.run_logged(@options[:after_worker_fork], "after_worker_fork", @log, index)
       worker
     end
 
     # In the forked child: let go of what belongs to the master, then serve.
-    def child(index, link)
+    def child(index, link, fork_link)
       [@wakeup_r, @wakeup_w].each(&:close)
-      @workers.each { |w| w.link&.close }
+      @workers.each do |w|
+        w.link&.close
+        w.fork_link&.close
+      end
       @control&.close_in_child
       @restart_file = nil
       tag = @options[:tag] ? " [#{@options[:tag]}]" : ""
       Process.setproctitle("tsubame: cluster worker #{index}: #{@master_pid}#{tag}")
       Worker.new(index: index, phase: @phase, master_pid: @master_pid, options: @options,
-                 listeners: @listeners.for_worker, link: link, app: @app, log: @log).run
+                 listeners: @listeners.for_worker, link: link, app: @app, log: @log, fork_link: fork_link).run
     rescue Exception => e # rubocop:disable Lint/RescueException
       raise if e.is_a?(SystemExit)
 
@@ -756,6 +850,9 @@ module Tsubame
     end
 
     def signal(worker, name)
+      # Not forked yet by worker 0: told when it says it was (#forked).
+      return unless worker.pid
+
       Process.kill(name, worker.pid)
     rescue Errno::ESRCH
       nil
@@ -785,6 +882,16 @@ module Tsubame
       @listeners&.close
       @control&.stop
       RunFiles.remove(@options)
+    end
+
+    # nakayoshi_fork: with the app preloaded, a full collection and a
+    # compaction before each fork, so the workers share the master's
+    # long-lived objects on pages nobody writes to.
+    def compact_before_fork
+      4.times { GC.start }
+      GC.compact if GC.respond_to?(:compact)
+    rescue NotImplementedError
+      nil
     end
 
     def check_restart_file

@@ -2,8 +2,10 @@
 
 require "tsubame/config/app_loader"
 require "tsubame/config/hooks"
+require "tsubame/config/boot_checks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
+require "tsubame/cluster/mold"
 
 module Tsubame
   # One cluster worker, running in the child the master forked: loads the
@@ -18,7 +20,11 @@ module Tsubame
     # app execs.
     MASTER_SIGNALS = %w[USR1 USR2 TTIN TTOU].freeze
 
-    def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:)
+    # fork_link: worker 0's end of the ForkLink under fork_worker (it forks
+    # the other workers). forked: this worker was forked by worker 0, so
+    # its parent is worker 0, not the master.
+    def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:, fork_link: nil,
+                   forked: false)
       @index = index
       @phase = phase
       @master_pid = master_pid
@@ -32,30 +38,84 @@ module Tsubame
       # Puma's hook data (Hooks::Keyed): from the boot hooks to the
       # shutdown hooks of this worker.
       @hook_data = {}
+      @stop_requested = false
+      @forked = forked
+      @mold = fork_link && Mold.new(self, fork_link, log)
+      # Requests served by the servers this process ran before the current
+      # one (worker 0 runs a new one after each fork cycle).
+      @requests_before = 0
     end
+
+    attr_reader :index, :phase, :master_pid, :options, :listeners, :link, :app
 
     # Returns the exit status. The master counts a worker that exits before
     # its "boot" message as a failed boot.
     def run
       started = monotonic
       install_traps
+      # Forked by worker 0: the master learns the pid from this, and may
+      # answer with the TERM of a stop begun meanwhile, which these traps
+      # (not worker 0's, inherited) must be there to take.
+      @link.send("type" => "forked", "pid" => Process.pid, "index" => @index) if @forked
+      BootChecks.restore_output(@options)
       Hooks.run(@options[:on_worker_boot], @index, data: @hook_data)
-      app = @app || AppLoader.load(@options[:rackup])
-      @server = Server.new(app, @options, listeners: @listeners,
-                                          busy_accept_delay: @options[:wait_for_less_busy_worker])
-      @server.start
-      @server.upgrades.relay = ->(publish) { @link.send(publish) }
+      @app ||= AppLoader.load_app(@options)
+      start_server
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
                  "boot_seconds" => (monotonic - started).round(3))
       checker = Thread.new { check_in }
-      @server.wait
+      @mold&.start
+      serve
       @stopped = true
       checker.join(1) || checker.kill
       Hooks.run_logged(@options[:on_worker_shutdown], "before_worker_shutdown", @log, @index, data: @hook_data)
       0
     end
 
+    # Worker 0 under fork_worker, before a batch: the stopped server's
+    # allocators give back what they hold free (see Mold#compact_heap).
+    def trim_memory
+      @server&.trim_memory
+    end
+
+    # Worker 0 under fork_worker, from its Mold's thread: stop serving so
+    # that the main thread can fork (see #serve).
+    def pause_for_fork
+      @server&.stop(close_listeners: false)
+    end
+
     private
+
+    def start_server
+      @server = Server.new(@app, @options, listeners: @listeners,
+                                           busy_accept_delay: @options[:wait_for_less_busy_worker])
+      @server.start
+      @server.upgrades.relay = ->(publish) { @link.send(publish) }
+    end
+
+    # Serves until stopped. Worker 0 under fork_worker stops its server for
+    # each batch of forks: a process with the engine's threads running must
+    # not fork (the child would hold locks and a runtime whose threads it
+    # does not have), so the engine drains and is shut down, the workers
+    # are forked from the warm, quiet process, and a new engine serves the
+    # same listeners.
+    def serve
+      loop do
+        @server.wait
+        batch = @mold&.take_batch
+        break if batch.nil? || @stop_requested
+
+        @requests_before += @server.stats["requests_total"].to_i
+        @mold.fork_batch(batch)
+        # A TERM while the batch was forked stopped nothing (the server was
+        # stopped already): it is honoured here, and once more right after
+        # the new server exists, in case it came in between.
+        break if @stop_requested
+
+        start_server
+        @server.stop if @stop_requested
+      end
+    end
 
     def install_traps
       %w[TERM INT].each { |signal| trap(signal) { stop } }
@@ -77,6 +137,7 @@ module Tsubame
     # Before the server exists (the app is still loading) there is nothing
     # to drain, so the worker just exits.
     def stop
+      @stop_requested = true
       @server ? @server.stop : exit(0)
     end
 
@@ -90,7 +151,7 @@ module Tsubame
       link_open = true
       next_ping = monotonic + interval
       until @stopped
-        unless Process.ppid == @master_pid
+        unless master_alive?
           @log.info("! master (pid #{@master_pid}) is gone; worker #{@index} stopping")
           @server.stop
           break
@@ -103,11 +164,30 @@ module Tsubame
           next
         end
 
-        link_open &&= @link.send("type" => "ping", "status" => @server.status)
+        link_open &&= @link.send("type" => "ping", "status" => status)
         next_ping = [next_ping + interval, monotonic].max
       end
     rescue StandardError => e
       @log.error("! worker #{@index} check-in failed: #{e.class}: #{e.message}")
+    end
+
+    # A forked worker's parent is worker 0, which may stop before it does;
+    # the master's pid is what tells (a hot restart keeps it).
+    def master_alive?
+      return Process.ppid == @master_pid unless @forked
+
+      Process.kill(0, @master_pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM
+      true
+    end
+
+    def status
+      status = @server.status
+      status["requests_count"] += @requests_before
+      status
     end
 
     # Waits up to `timeout` for requests from the master and answers them.

@@ -8,9 +8,12 @@ module Tsubame
   class WorkerHandle
     include Clock
 
-    attr_reader :pid, :index, :phase, :link, :started_at, :booted_at, :last_checkin, :last_status,
+    attr_reader :pid, :index, :link, :started_at, :booted_at, :last_checkin, :last_status,
                 :stop_deadline, :stop_reason
-    attr_accessor :rss_mb, :replacement, :replaces
+    # phase: a refork moves worker 0 to the new phase without replacing it.
+    # fork_link: worker 0's ForkLink under fork_worker. auto_reforked: the
+    # refork after fork_worker's request count was started for it.
+    attr_accessor :rss_mb, :replacement, :replaces, :phase, :fork_link, :auto_reforked
     # Set once the worker exited (Puma's WorkerHandle#process_status, for
     # after_worker_shutdown hooks).
     attr_accessor :process_status
@@ -18,8 +21,11 @@ module Tsubame
     # adopted: a worker of the master this one replaced by re-executing
     # itself (hot restart). It has no link and is stopped once the new
     # workers serve.
-    def initialize(pid:, index:, phase:, link:, adopted: false)
+    # forked: forked by worker 0 (fork_worker), so not the master's child;
+    # its pid is known once it says so ("forked").
+    def initialize(pid:, index:, phase:, link:, adopted: false, forked: false)
       @pid = pid
+      @forked = forked
       @index = index
       @phase = phase
       @link = link
@@ -50,6 +56,25 @@ module Tsubame
 
     def adopted?
       @adopted
+    end
+
+    def forked?
+      @forked
+    end
+
+    # Whether the master can wait(2) for it: otherwise its end is seen by
+    # polling (Cluster#reap_others).
+    def child?
+      !@forked && !@adopted
+    end
+
+    def pid=(pid)
+      @pid ||= pid
+    end
+
+    # The index it serves under, after a cull moved it (worker_culling_strategy).
+    def index=(index)
+      @index = index
     end
 
     # Stopped because its replacement booted (recycling, phased restart).
@@ -125,7 +150,7 @@ module Tsubame
     end
 
     def describe
-      adopted? ? "Old worker (PID: #{@pid})" : "Worker #{@index} (PID: #{@pid})"
+      adopted? ? "Old worker (PID: #{@pid})" : "Worker #{@index} (PID: #{@pid || "not forked yet"})"
     end
 
     private

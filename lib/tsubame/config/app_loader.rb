@@ -6,6 +6,11 @@ module Tsubame
   module AppLoader
     module_function
 
+    # The config's inline `app`, or else the rackup file.
+    def load_app(options)
+      options[:app] || load(options[:rackup])
+    end
+
     def load(path)
       require "rack"
       require "rack/builder"

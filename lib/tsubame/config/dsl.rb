@@ -21,32 +21,14 @@ module Tsubame
     # constant lookup from the file's code reaches this class first.
     Puma = PumaConstant
 
-    # Puma directives for features Tsubame does not have yet (cluster mode,
-    # plugins, the control app...). A config written for Puma should still
-    # boot, with one warning, rather than fail on the first of them.
-    NOT_YET = %i[
-      app before_refork before_thread_exit before_thread_start
-      before_worker_fork clean_thread_locals debug
-      directory drain_on_shutdown extra_runtime_dependencies
-      fork_worker io_selector_backend log_formatter
-      mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
-      after_refork on_refork on_thread_exit on_thread_start
-      on_worker_fork out_of_band
-      prune_bundler queue_requests rack_url_scheme
-      raise_exception_on_sigterm restart_command
-      shutdown_debug silence_fork_callback_warning
-      silence_single_worker_warning state_permission
-      worker_culling_strategy
-    ].freeze
-
     # Plugins Tsubame provides itself; any other is listed in the warning.
     PLUGINS = %w[tmp_restart].freeze
 
     LAYER = :file
 
     # Evaluates one config file into options. Returns ignored, with an
-    # entry such as "workers (config/puma.rb:3)" added for every directive
-    # in NOT_YET that the file used.
+    # entry such as "plugin :heroku (config/puma.rb:3)" added for every
+    # plugin Tsubame does not provide.
     def self.load(path, options, ignored = [])
       source = begin
         File.read(path)
@@ -486,6 +468,185 @@ module Tsubame
     end
     alias on_restart before_restart
 
+    # --- Puma's other directives (docs/PUMA.md) --------------------------------
+
+    # The app, instead of a rackup file: a #call-able or a block taking env.
+    def app(obj = nil, &block)
+      obj ||= block
+      raise ConfigError, "app needs a block or an object that responds to #call" unless obj
+
+      set(:app, obj)
+    end
+
+    # Where the server runs from: changed to before the app loads, and
+    # again before a phased restart's workers load it, so a symlinked
+    # release directory is followed to the new release.
+    def directory(dir)
+      set(:directory, dir.to_s)
+    end
+
+    # In each app thread, before it takes its first request.
+    def before_thread_start(&block)
+      hook(:before_thread_start, block)
+    end
+    alias on_thread_start before_thread_start
+
+    # In each app thread as it ends (Tsubame's pool is fixed, so at the
+    # stop; Puma runs it when a thread is trimmed).
+    def before_thread_exit(&block)
+      hook(:before_thread_exit, block)
+    end
+    alias on_thread_exit before_thread_exit
+
+    # After a request, when no other request is running or queued; requests
+    # wait for it to finish.
+    def out_of_band(&block)
+      hook(:out_of_band, block)
+    end
+
+    # Puma 5/6: thread-locals (Thread.current[]) are cleared after each
+    # request.
+    def clean_thread_locals(enabled = true)
+      set(:clean_thread_locals, enabled)
+    end
+
+    # rack.url_scheme on connections that are not TLS ("https" behind a
+    # proxy that ends TLS and sets no X-Forwarded-Proto).
+    def rack_url_scheme(scheme = nil)
+      set(:rack_url_scheme, scheme&.to_s)
+    end
+
+    # Formats each line Tsubame logs (banner, cluster events), in place of
+    # the "[pid] " prefix.
+    def log_formatter(&block)
+      raise ConfigError, "log_formatter needs a block" unless block
+
+      set(:log_formatter, block)
+    end
+
+    # The state file's permissions, e.g. 0600.
+    def state_permission(permission)
+      set(:state_permission, permission)
+    end
+
+    # Which workers stop when the count is lowered (TTOU): :youngest
+    # (Puma's default) or :oldest.
+    def worker_culling_strategy(strategy)
+      set(:worker_culling_strategy, strategy)
+    end
+
+    # After a stop that a TERM began, the process ends by SIGTERM (exit
+    # status 143) as Puma's does, instead of exiting with 0.
+    def raise_exception_on_sigterm(answer = true)
+      set(:raise_exception_on_sigterm, answer)
+    end
+
+    # What a hot restart re-executes instead of the command that started
+    # the server (the arguments are kept).
+    def restart_command(cmd)
+      set(:restart_command, cmd.to_s)
+    end
+
+    # The effective configuration at boot, and cluster events in detail.
+    def debug
+      set(:debug, true)
+    end
+
+    # At a stop, every thread's backtrace (on_force: true: only when the
+    # drain timed out).
+    def shutdown_debug(val = true, on_force: false)
+      set(:shutdown_debug, val && on_force ? :on_force : val)
+    end
+
+    # At a stop, connections already waiting in the listen backlog are
+    # accepted and served before the drain (TCP binds).
+    def drain_on_shutdown(which = true)
+      set(:drain_on_shutdown, which)
+    end
+
+    # $stdout and $stderr write through (IO#sync), Puma's default.
+    def mutate_stdout_and_stderr_to_sync_on_write(enabled = true)
+      set(:sync_stdout, enabled)
+    end
+
+    def silence_single_worker_warning
+      set(:silence_single_worker_warning, true)
+    end
+
+    def silence_fork_callback_warning
+      set(:silence_fork_callback_warning, true)
+    end
+
+    # Puma's default (true) is what Tsubame's engine always does: it reads
+    # whole requests before the app sees them.
+    def queue_requests(answer = true)
+      return if answer
+
+      raise ConfigError, "queue_requests false is not available: Tsubame's engine always reads whole requests " \
+                         "before a thread takes them; remove the line (persistent_timeout bounds keep-alive)"
+    end
+
+    # The engine's reactor is epoll (tokio), which :auto picks too.
+    def io_selector_backend(backend)
+      return if %i[auto epoll].include?(backend.to_s.to_sym)
+
+      raise ConfigError, "io_selector_backend #{backend.inspect} is not available: the engine uses epoll; " \
+                         "use :epoll or :auto, or remove the line (io_threads sets the engine's threads)"
+    end
+
+    # Bundler's environment is not Tsubame's to prune: a hot restart (USR2,
+    # `tsubame ctl restart`) re-executes the master, which loads the new
+    # Gemfile.lock, and phased restarts load the app in new workers.
+    def prune_bundler(answer = true)
+      return unless answer
+
+      raise ConfigError, "prune_bundler is not available: use a hot restart (USR2 or `tsubame ctl restart`) " \
+                         "to pick up a new Gemfile.lock; remove the line"
+    end
+
+    def extra_runtime_dependencies(answer = [])
+      return if Array(answer).empty?
+
+      raise ConfigError, "extra_runtime_dependencies applies to prune_bundler, which is not available: " \
+                         "a hot restart (USR2) loads new gems; remove the line"
+    end
+
+    # --- reforking (docs/REFORK.md) ------------------------------------------
+
+    # Workers 1.. fork from worker 0, and are re-forked from it once it has
+    # served `after_requests` (0: only on `tsubame ctl refork` or URG).
+    def fork_worker(after_requests = 1000)
+      set(:fork_worker, Integer(after_requests))
+    rescue ArgumentError, TypeError
+      raise ConfigError, "fork_worker takes a number of requests (got #{after_requests.inspect})"
+    end
+
+    # Puma 5's nakayoshi_fork: with preload_app!, collect and compact the
+    # master's heap before each fork.
+    def nakayoshi_fork(enabled = true)
+      set(:nakayoshi_fork, enabled)
+    end
+
+    # In worker 0, with its server stopped, before each batch of workers is
+    # forked from it (Puma 5/6 called it on_refork). The key is Puma's hook
+    # data key, accepted for its configs.
+    def before_refork(_key = nil, &block)
+      hook(:before_refork, block)
+    end
+    alias on_refork before_refork
+
+    # In worker 0, after the batch was forked, before it serves again.
+    def after_refork(_key = nil, &block)
+      hook(:after_refork, block)
+    end
+
+    # In the process that forks (the master, or worker 0 under
+    # fork_worker), before each worker is forked; given the index.
+    def before_worker_fork(&block)
+      hook(:before_worker_fork, block)
+    end
+    alias on_worker_fork before_worker_fork
+
     # Puma's form: activate_control_app "tcp://127.0.0.1:9293",
     # { auth_token: "secret" } or { no_token: true }. Without either, a
     # random token is made at boot (see README "Control app").
@@ -642,13 +803,6 @@ module Tsubame
     # the app (HTTP_X_API_KEY could otherwise come from X_Api_Key).
     def allow_underscore_headers(allowed = true)
       set(:allow_underscore_headers, allowed)
-    end
-
-    NOT_YET.each do |name|
-      define_method(name) do |*_args, **_options, &_block|
-        @ignored << "#{name} (#{location(caller_locations)})"
-        nil
-      end
     end
 
     private

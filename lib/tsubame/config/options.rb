@@ -141,7 +141,34 @@ module Tsubame
       max_io_threads: 0,
       allow_underscore_headers: true,
       single_blocks: [].freeze,
-      cluster_blocks: [].freeze
+      cluster_blocks: [].freeze,
+      # Reforking (docs/REFORK.md): nil off; N: workers 1.. fork from
+      # worker 0, and refork once after it served N requests (0: only on
+      # `ctl refork` / URG).
+      fork_worker: nil,
+      nakayoshi_fork: false,
+      before_refork: [].freeze,
+      after_refork: [].freeze,
+      before_worker_fork: [].freeze,
+      # Puma's other directives (docs/PUMA.md, "Every Puma directive").
+      app: nil,
+      directory: nil,
+      before_thread_start: [].freeze,
+      before_thread_exit: [].freeze,
+      out_of_band: [].freeze,
+      clean_thread_locals: false,
+      rack_url_scheme: nil,
+      log_formatter: nil,
+      state_permission: nil,
+      worker_culling_strategy: :youngest,
+      raise_exception_on_sigterm: false,
+      restart_command: nil,
+      debug: false,
+      shutdown_debug: false,
+      drain_on_shutdown: false,
+      sync_stdout: true,
+      silence_single_worker_warning: false,
+      silence_fork_callback_warning: false
     }.freeze
 
     # What the Rust engine receives; everything else stays on the Ruby side.
@@ -267,7 +294,30 @@ module Tsubame
       max_io_threads: :integer,
       allow_underscore_headers: :boolean,
       single_blocks: :hooks,
-      cluster_blocks: :hooks
+      cluster_blocks: :hooks,
+      fork_worker: :optional_integer,
+      nakayoshi_fork: :boolean,
+      before_refork: :hooks,
+      after_refork: :hooks,
+      before_worker_fork: :hooks,
+      app: :optional_callable,
+      directory: :optional_existing_directory,
+      before_thread_start: :hooks,
+      before_thread_exit: :hooks,
+      out_of_band: :hooks,
+      clean_thread_locals: :boolean,
+      rack_url_scheme: :optional_url_scheme,
+      log_formatter: :optional_callable,
+      state_permission: :optional_file_mode,
+      worker_culling_strategy: :culling_strategy,
+      raise_exception_on_sigterm: :boolean,
+      restart_command: :optional_string,
+      debug: :boolean,
+      shutdown_debug: :shutdown_debug,
+      drain_on_shutdown: :boolean,
+      sync_stdout: :boolean,
+      silence_single_worker_warning: :boolean,
+      silence_fork_callback_warning: :boolean
     }.freeze
 
     LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings cidrs].freeze
@@ -447,6 +497,7 @@ module Tsubame
       when :http_methods then http_methods(key, value)
       when :optional_logger then value.nil? ? nil : logger(key, value)
       when :activated_sockets then activated_sockets(key, value)
+      else coerce_puma(key, value)
       end
     end
 
@@ -492,6 +543,17 @@ module Tsubame
       when true then true
       when "only", :only then "only"
       else raise ConfigError, "#{key} takes true, false or 'only' (got #{value.inspect})"
+      end
+    end
+
+    # The kinds of Puma's directives that came with issue 20.
+    def coerce_puma(key, value)
+      case KINDS.fetch(key)
+      when :optional_existing_directory then value.nil? ? nil : existing_directory(key, value)
+      when :optional_url_scheme then value.nil? ? nil : url_scheme(key, value)
+      when :optional_file_mode then value.nil? ? nil : integer(key, value, 0, "a file mode such as 0640")
+      when :culling_strategy then culling_strategy(key, value)
+      when :shutdown_debug then [true, false, :on_force].include?(value) ? value : boolean(key, value)
       end
     end
 
@@ -672,6 +734,27 @@ module Tsubame
 
     # Checked at boot, so a typo is a config error rather than a 500 for
     # the first large upload.
+    def existing_directory(key, value)
+      text = string(key, value)
+      return text if File.directory?(text)
+
+      raise ConfigError, "#{key} must be an existing directory (got #{text.inspect})"
+    end
+
+    def url_scheme(key, value)
+      text = string(key, value)
+      return text if %w[http https].include?(text)
+
+      raise ConfigError, "#{key} must be \"http\" or \"https\" (got #{value.inspect})"
+    end
+
+    def culling_strategy(key, value)
+      strategy = value.respond_to?(:to_sym) ? value.to_sym : value
+      return strategy if %i[youngest oldest].include?(strategy)
+
+      raise ConfigError, "#{key} must be :youngest or :oldest (got #{value.inspect})"
+    end
+
     def directory(key, value)
       text = string(key, value)
       return text if File.directory?(text) && File.writable?(text)

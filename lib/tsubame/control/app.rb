@@ -18,7 +18,8 @@ module Tsubame
     CLUSTER_ACTIONS = {
       "phased-restart" => [:phased_restart, "phased restart started"],
       "worker-count-up" => [:worker_count_up, "adding a worker"],
-      "worker-count-down" => [:worker_count_down, "removing a worker"]
+      "worker-count-down" => [:worker_count_down, "removing a worker"],
+      "refork" => [:refork, "refork started"]
     }.freeze
 
     def initialize(target)
@@ -44,6 +45,7 @@ module Tsubame
       if command == :phased_restart && @target.preloaded?
         return [409, { "error" => "phased restart is not available with preload_app!; use restart" }]
       end
+      return [409, { "error" => "refork needs fork_worker" }] if command == :refork && !@target.fork_worker?
 
       @target.command(command)
       [200, { "message" => message }]

@@ -16,7 +16,7 @@ module Tsubame
   # says) and prints readable output, or the raw JSON with --json.
   class ControlCLI
     COMMANDS = %w[
-      stats restart phased-restart stop halt gc gc-stats thread-backtraces worker-count-up worker-count-down
+      stats restart phased-restart refork stop halt gc gc-stats thread-backtraces worker-count-up worker-count-down
     ].freeze
 
     TIMEOUT = 10
@@ -170,6 +170,8 @@ module Tsubame
                    "#{stats["requests_in_flight"]} request(s) in flight, backlog #{stats["backlog"]}"
       @stdout.puts "requests: #{stats["requests_count"]}, connections open: #{stats["connections_active"]}, " \
                    "rss: #{stats["rss_mb"]} MB"
+      memory = stats["memory"] or return
+      @stdout.puts "memory: rss #{memory["rss_mb"]} MB, pss #{memory["pss_mb"]} MB, uss #{memory["uss_mb"]} MB"
     end
 
     def print_cluster(stats)
@@ -177,10 +179,18 @@ module Tsubame
                    "master pid #{stats["master_pid"]}, up #{uptime(stats["started_at"])}, phase #{stats["phase"]}"
       @stdout.puts "workers: #{stats["workers"]} (#{stats["booted_workers"]} booted, #{stats["old_workers"]} old), " \
                    "died: #{stats.fetch("worker_deaths", 0)}, killed by the master: #{stats.fetch("worker_kills", 0)}"
-      columns = "%5s %8s %5s %6s %13s %9s %7s %9s %8s %s"
+      columns = "%5s %8s %5s %6s %13s %9s %7s %9s %8s %8s %8s %s"
       @stdout.puts format(columns, "index", "pid", "phase", "booted", "last check-in", "busy/max", "backlog",
-                          "requests", "rss MB", "")
+                          "requests", "rss MB", "pss MB", "uss MB", "")
       stats["worker_status"].each { |worker| @stdout.puts format(columns, *worker_row(worker)) }
+      print_memory_total(stats)
+    end
+
+    def print_memory_total(stats)
+      total = stats["workers_memory"] or return
+      master = stats["master_memory"] || {}
+      @stdout.puts "workers' memory: rss #{total["rss_mb"]} MB, pss #{total["pss_mb"]} MB, " \
+                   "uss #{total["uss_mb"]} MB; master: pss #{master.fetch("pss_mb", "-")} MB"
     end
 
     def worker_row(worker)
@@ -189,7 +199,8 @@ module Tsubame
         worker["index"], worker["pid"], worker["phase"], worker["booted"] ? "yes" : "no",
         worker["last_checkin"] ? "#{ago(worker["last_checkin"])} ago" : "-",
         status["max_threads"] ? "#{status["busy_threads"]}/#{status["max_threads"]}" : "-",
-        status.fetch("backlog", "-"), status.fetch("requests_count", "-"), worker["rss_mb"] || "-",
+        status.fetch("backlog", "-"), status.fetch("requests_count", "-"),
+        *%w[rss_mb pss_mb uss_mb].map { |key| worker.dig("memory", key) || (key == "rss_mb" && worker["rss_mb"]) || "-" },
         worker["stopping"] ? "stopping" : ""
       ]
     end

@@ -17,6 +17,14 @@ module Tsubame
       write_file(options[:state_path], "state file") do
         StateFile.dump(control_url: control&.url, control_token: control&.token)
       end
+      restrict(options[:state_path], options[:state_permission])
+    end
+
+    # state_permission: the state file names the control app's token.
+    def restrict(path, mode)
+      File.chmod(mode, path) if path && mode
+    rescue SystemCallError => e
+      raise ConfigError, "cannot set state file #{path} to mode #{format("%04o", mode)}: #{e.message}"
     end
 
     def remove(options)

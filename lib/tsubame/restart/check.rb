@@ -48,7 +48,7 @@ module Tsubame
       tag = options[:tag] ? " [#{options[:tag]}]" : ""
       Process.setproctitle("tsubame: hot restart check for #{parent}#{tag}")
       load_app = app.nil? && (options[:preload_app] || options[:workers].zero?)
-      AppLoader.load(options[:rackup]) if load_app
+      AppLoader.load_app(options) if load_app
       what = load_app ? "configuration and app load" : "configuration loads (the workers load the app)"
       Log.new(stdout, stderr).info("* Hot restart check (PID #{Process.pid}): the new #{what}")
       0

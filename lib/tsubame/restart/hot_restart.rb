@@ -2,6 +2,7 @@
 
 require "json"
 require "rbconfig"
+require "shellwords"
 
 module Tsubame
   # Re-executing the server in place (USR2, `tsubame ctl restart`,
@@ -40,7 +41,17 @@ module Tsubame
         # started with warnings on keeps them after a restart.
         flags = $VERBOSE ? ["-w"] : []
         @command = [RbConfig.ruby, *flags, File.expand_path($PROGRAM_NAME), *argv].freeze
+        @argv = argv.dup.freeze
         @directory = Dir.pwd.freeze
+      end
+
+      # Puma's restart_command (the program, without the arguments, which
+      # stay the recorded ones) and directory (where the new process
+      # starts, a symlinked release followed again). Both optional.
+      def configure(restart_command: nil, directory: nil)
+        record(ARGV) unless @command
+        @command = [*Shellwords.split(restart_command), *@argv].freeze if restart_command
+        @directory = File.expand_path(directory, @directory).freeze if directory
       end
 
       def inherited_fds
@@ -131,8 +142,13 @@ module Tsubame
 
       private
 
+      # Our child, or (fork_worker) a worker forked by worker 0, whose
+      # process title names this master (Cluster#child, Mold#child).
       def child?(pid)
-        File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
+        return true if File.read("/proc/#{pid}/stat")[/\) \S+ (\d+)/, 1].to_i == Process.pid
+
+        title = File.read("/proc/#{pid}/cmdline")
+        title.start_with?("tsubame: cluster worker ") && title.match?(/: #{Process.pid}(?: \[|\z|\0)/)
       rescue SystemCallError
         false
       end

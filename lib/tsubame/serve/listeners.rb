@@ -33,8 +33,13 @@ module Tsubame
     # sockets handed over and owns none (closing them must not remove a
     # unix socket's file): a bind new in the config is left to the
     # re-executed process, which would fail to bind it again.
+    #
+    # activated_binds: Puma's bind_to_activated_sockets: true also serves
+    # every activated socket no configured bind asked for; "only" serves
+    # the activated sockets and none of the configured binds.
     def self.bind(binds, backlog, inherited: HotRestart.inherited_fds, adopt_only: false,
-                  activated: SocketActivation.take)
+                  activated: SocketActivation.take, activated_binds: false)
+      binds = SocketActivation.binds_with(activated, binds, activated_binds) if activated_binds && !adopt_only
       entries = []
       notes = []
       from_systemd = HotRestart.activated_fds
@@ -142,6 +147,11 @@ module Tsubame
 
     def closed?
       @entries.all? { |entry| entry.io.closed? }
+    end
+
+    # The listening sockets themselves (ListenBacklog reads their queues).
+    def sockets
+      @entries.map(&:io)
     end
 
     # Safe to call twice. Removing a unix socket's file first means clients

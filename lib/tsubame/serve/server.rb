@@ -27,6 +27,9 @@ require "tsubame/support/named_thread"
 require "tsubame/serve/io_threads"
 require "tsubame/serve/response_headers"
 require "tsubame/serve/custom_logger"
+require "tsubame/serve/thread_hooks"
+require "tsubame/serve/listen_backlog"
+require "tsubame/serve/shutdown_debug"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -75,7 +78,8 @@ module Tsubame
     # engine adopts duplicates of the sockets (see Listeners), so they can
     # outlive it: a hot restart hands them to the next process.
     def bind
-      @listeners ||= Listeners.bind(SocketActivation.binds(SelfSigned.binds(@options), @options), @options[:backlog])
+      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog],
+                                    activated_binds: @options[:bind_to_activated_sockets])
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
@@ -107,6 +111,7 @@ module Tsubame
       @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line),
                                       enabled: !@options[:request_timeout].nil?)
+      @thread_hooks = ThreadHooks.build(@options, @native)
       @native.start
       @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
       Upgrades.current = @upgrades
@@ -140,7 +145,15 @@ module Tsubame
     # to the caller.
     def stop(close_listeners: true)
       @stopping = true
-      @native&.stop
+      @events << :shutdown_debug if @options[:shutdown_debug] == true
+      # drain_on_shutdown: #wait's thread stops the engine once the listen
+      # backlog is empty (a trap handler must not wait).
+      if @options[:drain_on_shutdown] && @native && !@drain_requested
+        @drain_requested = true
+        @events << :drain
+      else
+        @native&.stop
+      end
       @io_gate&.close
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
@@ -161,13 +174,15 @@ module Tsubame
       outcome = nil
       until outcome
         event = @events.pop
-        if event == :close_listeners
-          @listeners.close
-        else
-          outcome = event.last
+        case event
+        when :close_listeners then @listeners.close
+        when :drain then drain_backlog
+        when :shutdown_debug then ShutdownDebug.dump($stdout)
+        else outcome = event.last
         end
       end
       waiter.join
+      ShutdownDebug.dump($stdout) if @options[:shutdown_debug] == :on_force && outcome == :timed_out
       @idle_memory&.stop
       join_threads
       outcome
@@ -180,6 +195,12 @@ module Tsubame
 
     def stats
       @native.stats
+    end
+
+    # What the allocators hold free goes back to the OS (IdleMemory's trim,
+    # also worker 0's before it forks); true if glibc returned any.
+    def trim_memory
+      @native.trim_memory
     end
 
     # HUP with TLS binds: new handshakes get the certificate and key now on
@@ -227,6 +248,16 @@ module Tsubame
       end
     end
 
+    # drain_on_shutdown: the engine goes on accepting until the kernel's
+    # listen backlogs are empty (or drain_timeout passed), then stops;
+    # the connections it took are served by the drain as usual. The
+    # listeners are closed after that (:close_listeners comes later).
+    def drain_backlog
+      deadline = monotonic + @options[:drain_timeout]
+      sleep 0.01 until ListenBacklog.empty?(@listeners) || monotonic > deadline
+      @native.stop
+    end
+
     def join_threads
       deadline = monotonic + THREAD_GRACE
       (@threads + @fiber_loops.map(&:thread) + (@upgrades&.threads || [])).each do |thread|
@@ -253,20 +284,29 @@ module Tsubame
     def serve_requests(index)
       native = @native
       timeouts = @timeouts
+      hooks = @thread_hooks
       gate = @io_gate
+      hooks&.thread_started
       timeouts.worker do
         if gate
-          serve_with_gate(index, native, timeouts, gate)
+          serve_with_gate(index, native, timeouts, gate, hooks)
+        elsif hooks
+          while (request = native.next_request)
+            hooks.around_request { timeouts.run(index, request) { handle(request, env_for(request)) } }
+          end
         else
           while (request = native.next_request)
             timeouts.run(index, request) { handle(request, env_for(request)) }
           end
         end
       end
+    ensure
+      hooks&.thread_exiting
     end
 
-    # max_io_threads: each request is taken and answered holding a slot.
-    def serve_with_gate(index, native, timeouts, gate)
+    # max_io_threads: each request is taken and answered holding a slot;
+    # Puma's thread directives (ThreadHooks) wrap it as any request.
+    def serve_with_gate(index, native, timeouts, gate, hooks)
       while gate.acquire
         begin
           request = native.next_request
@@ -274,7 +314,11 @@ module Tsubame
 
           env = env_for(request)
           env["puma.mark_as_io_bound"] = gate.marker
-          timeouts.run(index, request) { handle(request, env) }
+          if hooks
+            hooks.around_request { timeouts.run(index, request) { handle(request, env) } }
+          else
+            timeouts.run(index, request) { handle(request, env) }
+          end
         ensure
           gate.release
         end
@@ -408,7 +452,9 @@ module Tsubame
         "rack.multithread" => @options[:threads_max] > 1,
         "rack.multiprocess" => false,
         "rack.run_once" => false,
-        "rack.url_scheme" => "http",
+        # rack_url_scheme: what a connection that is not TLS says (the
+        # engine sets "https" on TLS ones, or from X-Forwarded-Proto).
+        "rack.url_scheme" => @options[:rack_url_scheme] || "http",
         "rack.hijack?" => true,
         "SCRIPT_NAME" => ENV.fetch("SCRIPT_NAME", ""),
         "SERVER_SOFTWARE" => "Tsubame #{VERSION}",

@@ -64,21 +64,20 @@ module Tsubame
         found
       end
 
-      # Puma's bind_to_activated_sockets: true adds a bind for every
-      # activated socket no configured bind matches; "only" replaces the
-      # configured binds with the activated sockets. Listeners.bind then
-      # adopts them by address as for any bind.
-      def binds(configured, options)
-        mode = options[:bind_to_activated_sockets]
-        return configured unless mode
+      # bind_to_activated_sockets: the binds to serve. true: the configured
+      # ones, then each activated socket none of them matches; "only": the
+      # activated sockets alone. Their addresses are binds that match them.
+      def binds_with(activated, binds, mode)
+        usable = activated.select(&:address)
+        if mode.to_s == "only"
+          raise BindError, "bind_to_activated_sockets 'only': no socket was handed over (LISTEN_FDS)" if usable.empty?
 
-        addresses = take.filter_map(&:address)
-        if mode == "only"
-          raise BindError, "bind_to_activated_sockets 'only': no socket was handed over (LISTEN_FDS)" if addresses.empty?
-
-          return addresses
+          return usable.map(&:address)
         end
-        configured + addresses.reject { |address| configured.any? { |uri| serves?(address, uri) } }
+
+        left = usable.dup
+        binds.each { |uri| match(left, uri) }
+        binds + left.map(&:address)
       end
 
       def close(activated)

@@ -21,7 +21,9 @@ module Tsubame
     private
 
     def write(io, message)
-      io.write(message.to_s.lines.map { |line| "[#{Process.pid}] #{line.chomp}\n" }.join)
+      # A log_formatter (FormattedOutput) makes the whole line itself.
+      prefix = io.respond_to?(:formatted?) ? "" : "[#{Process.pid}] "
+      io.write(message.to_s.lines.map { |line| "#{prefix}#{line.chomp}\n" }.join)
     rescue IOError, SystemCallError
       # A closed or broken log must not take the server down with it.
       nil

@@ -19,6 +19,30 @@ module Tsubame
       nil
     end
 
+    # What the process's memory costs, as /proc/PID/smaps_rollup (Linux
+    # 4.14+) counts it, in MiB: rss (resident), pss (proportional: each
+    # shared page divided among the processes sharing it, so the pss of
+    # all workers adds up to what they take together) and uss (unique:
+    # pages only this process has, what stopping it would give back).
+    # nil when the file cannot be read (gone, not Linux, another user's).
+    def memory(pid)
+      kb = Hash.new(0)
+      File.foreach("/proc/#{pid}/smaps_rollup") do |line|
+        name, value = line.split(":", 2)
+        kb[name] = value.to_i if value && %w[Rss Pss Private_Clean Private_Dirty].include?(name)
+      end
+      return nil if kb.empty?
+
+      { "rss_mb" => mib(kb["Rss"]), "pss_mb" => mib(kb["Pss"]),
+        "uss_mb" => mib(kb["Private_Clean"] + kb["Private_Dirty"]) }
+    rescue SystemCallError
+      nil
+    end
+
+    def mib(kilobytes)
+      (kilobytes / 1024.0).round(1)
+    end
+
     # The fields of /proc/PID/stat after the command name, which is in
     # parentheses and may itself contain spaces and parentheses: [state,
     # ppid, ...]; nil when the process is gone.
