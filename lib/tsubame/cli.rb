@@ -229,6 +229,11 @@ module Tsubame
               "(default #{defaults[:websocket_max_rate]})") do |n|
         @options.set(:websocket_max_rate, n, layer: LAYER)
       end
+      opts.on("--[no-]websocket-deflate",
+              "Compress WebSocket messages (permessage-deflate) when the client offers it " \
+              "(default on)") do |on|
+        @options.set(:websocket_deflate, on, layer: LAYER)
+      end
       opts.on("--shutdown-delay SECONDS",
               "On TERM/INT, fail readiness and keep serving this long before draining " \
               "(default #{defaults[:shutdown_delay]})") do |s|

@@ -61,7 +61,9 @@ module Tsubame
 
     # One client connection after its handshake.
     class Client
-      attr_reader :response_head
+      # last_rsv: the RSV bits of the last frame read (4: RSV1, a
+      # permessage-deflate message).
+      attr_reader :response_head, :last_rsv
 
       # tls: an OpenSSL::SSL::SSLContext for wss://.
       def initialize(port, path: "/ws", headers: {}, tls: nil)
@@ -132,6 +134,8 @@ module Tsubame
 
         first, second = head.unpack("CC")
         raise "server frames must not be masked" if second & 0x80 != 0
+
+        @last_rsv = (first >> 4) & 0x7
 
         len = second & 0x7f
         len = read_exact(2, timeout).unpack1("n") if len == 126

@@ -111,6 +111,8 @@ pub struct EngineOptions {
     pub websocket_max_frame: usize,
     pub websocket_max_message: usize,
     pub websocket_max_rate: u32,
+    /// permessage-deflate (RFC 7692) when the client offers it.
+    pub websocket_deflate: bool,
     pub upgrade_max_pending: usize,
     pub upgrade_ping_interval: Duration,
     /// Requests one HTTP/1 connection may make; the response to the last
@@ -197,6 +199,7 @@ impl Default for EngineOptions {
             websocket_max_frame: 1 << 20,
             websocket_max_message: 4 << 20,
             websocket_max_rate: 1000,
+            websocket_deflate: true,
             upgrade_max_pending: 16 << 20,
             upgrade_ping_interval: Duration::from_secs(30),
             max_keep_alive: None,

@@ -364,6 +364,11 @@ module Tsubame
       set(:websocket_max_rate, per_second)
     end
 
+    # permessage-deflate when a client offers it; false: never.
+    def websocket_deflate(enabled = true)
+      set(:websocket_deflate, enabled)
+    end
+
     def upgrade_max_pending(bytes)
       set(:upgrade_max_pending, bytes)
     end

@@ -94,6 +94,7 @@ module Tsubame
       websocket_max_frame: 1_048_576,
       websocket_max_message: 4_194_304,
       websocket_max_rate: 1000,
+      websocket_deflate: true,
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
       tls_self_signed: false,
@@ -184,7 +185,7 @@ module Tsubame
       h2_initial_connection_window_size trust_forwarded_proto
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
-      websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
+      websocket_max_frame websocket_max_message websocket_max_rate websocket_deflate upgrade_max_pending upgrade_ping_interval
       max_keep_alive supported_http_methods allow_underscore_headers
     ].freeze
 
@@ -249,6 +250,7 @@ module Tsubame
       websocket_max_frame: :positive_integer,
       websocket_max_message: :positive_integer,
       websocket_max_rate: :integer,
+      websocket_deflate: :boolean,
       upgrade_max_pending: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,

@@ -32,12 +32,13 @@ pub(crate) async fn serve<T: ClientIo>(
     match (kind, websocket) {
         (UpgradeKind::Sse, _) => run_sse(&mut io, session).await,
         (UpgradeKind::WebSocket, Some(Ok(upgrade))) => {
-            let head = response_head(&upgrade, None);
+            let deflate = shared.upgrade_settings.deflate && crate::ws::deflate::negotiate(&upgrade.extensions);
+            let head = response_head(&upgrade, None, deflate.then_some(crate::ws::deflate::ACCEPTED));
             // The request's read buffer is sized for heads and bodies; an
             // idle WebSocket keeps only what the client already sent.
             let rest = BytesMut::from(&buf[..]);
             drop(buf);
-            run_websocket(&mut io, rest, &head, session).await;
+            run_websocket(&mut io, rest, &head, deflate, session).await;
         }
         (UpgradeKind::WebSocket, refused) => {
             // The app asked for a WebSocket the request cannot have (the

@@ -35,6 +35,8 @@ pub struct Settings {
     /// Quiet this long, the engine pings (WebSocket) or sends a comment
     /// (SSE); a WebSocket that stays silent another period is dropped.
     pub ping_interval: Duration,
+    /// permessage-deflate may be accepted.
+    pub deflate: bool,
 }
 
 impl Settings {
@@ -45,6 +47,7 @@ impl Settings {
             max_rate: opts.websocket_max_rate,
             max_pending: opts.upgrade_max_pending,
             ping_interval: opts.upgrade_ping_interval,
+            deflate: opts.websocket_deflate,
         }
     }
 }

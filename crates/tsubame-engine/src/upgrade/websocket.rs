@@ -6,7 +6,8 @@
 
 use super::{write, EventKind, Out, Session};
 use crate::ws::close::close_payload;
-use crate::ws::frame::{encode, OpCode};
+use crate::ws::deflate::{inflate, with_deflater};
+use crate::ws::frame::{encode, encode_compressed, OpCode};
 use crate::ws::message::{Decoder, Limits, Message};
 use bytes::BytesMut;
 use std::time::{Duration, Instant};
@@ -31,8 +32,15 @@ enum Phase {
 }
 
 /// Runs the connection from the 101 response (`handshake`) to its end;
-/// `buf` holds whatever the client sent after its request.
-pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMut, handshake: &[u8], s: Session<'_>) {
+/// `buf` holds whatever the client sent after its request. `deflate`:
+/// permessage-deflate was accepted in `handshake` (`ws/deflate.rs`).
+pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut T,
+    mut buf: BytesMut,
+    handshake: &[u8],
+    deflate: bool,
+    s: Session<'_>,
+) {
     if write(io, handshake).await.is_err() {
         return s.finish();
     }
@@ -40,6 +48,7 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
         max_frame: s.settings.max_frame,
         max_message: s.settings.max_message,
     });
+    decoder.set_rsv1_allowed(deflate);
     let mut frames = BytesMut::new();
     let mut taken = Vec::new();
     let mut phase = Phase::Open;
@@ -74,6 +83,18 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
                         Message::Text(data) => (true, data),
                         Message::Binary(data) => (false, data),
                         _ => continue,
+                    };
+                    let data = if decoder.last_compressed() {
+                        match inflate(&data, text, s.settings.max_message) {
+                            Ok(plain) => plain,
+                            Err(e) => {
+                                encode(OpCode::Close, &close_payload(e.code, e.reason), &mut frames);
+                                let _ = write(io, &frames).await;
+                                break 'session;
+                            }
+                        }
+                    } else {
+                        data
                     };
                     s.event(EventKind::Message { text }, Some(data));
                     waiting = true;
@@ -145,11 +166,11 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
                         _ if !matches!(phase, Phase::Open | Phase::ShuttingDown) => {}
                         Out::Text(data) => {
                             sent += data.len();
-                            encode(OpCode::Text, &data, &mut frames);
+                            encode_message(OpCode::Text, &data, deflate, &mut frames);
                         }
                         Out::Binary(data) => {
                             sent += data.len();
-                            encode(OpCode::Binary, &data, &mut frames);
+                            encode_message(OpCode::Binary, &data, deflate, &mut frames);
                         }
                         Out::Close(code) => phase = close(&mut frames, code, ""),
                     }
@@ -189,6 +210,15 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, mut buf: BytesMu
         }
     }
     s.end(waiting).await;
+}
+
+/// A message from Ruby as one frame, compressed when permessage-deflate is
+/// on and it pays (`Deflater::deflate`).
+fn encode_message(opcode: OpCode, data: &bytes::Bytes, deflate: bool, frames: &mut BytesMut) {
+    match deflate.then(|| with_deflater(|d| d.deflate(data))).flatten() {
+        Some(compressed) => encode_compressed(opcode, &compressed, frames),
+        None => encode(opcode, data, frames),
+    }
 }
 
 /// Queues a close frame and starts waiting for the client's.

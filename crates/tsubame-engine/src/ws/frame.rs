@@ -197,6 +197,14 @@ pub fn encode(opcode: OpCode, payload: &[u8], out: &mut BytesMut) {
     out.extend_from_slice(payload);
 }
 
+/// A data frame whose payload is compressed (permessage-deflate: RSV1 on
+/// the message's frame, RFC 7692 §6).
+pub fn encode_compressed(opcode: OpCode, payload: &[u8], out: &mut BytesMut) {
+    let start = out.len();
+    encode(opcode, payload, out);
+    out[start] |= RSV1;
+}
+
 /// Only the header, for writing a large payload with a vectored write
 /// without copying it. Servers never mask (§5.1), so no key.
 pub fn encode_header(opcode: OpCode, len: usize, out: &mut BytesMut) {

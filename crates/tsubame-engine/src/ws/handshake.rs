@@ -131,7 +131,7 @@ pub fn accept_key(key: &[u8]) -> String {
 /// The 101 response head, blank line included. `protocol` must be one of
 /// `upgrade.protocols` (§4.2.2: a client fails the connection on any other);
 /// one that is not is left out rather than sent.
-pub fn response_head(upgrade: &Upgrade, protocol: Option<&str>) -> Vec<u8> {
+pub fn response_head(upgrade: &Upgrade, protocol: Option<&str>, extensions: Option<&str>) -> Vec<u8> {
     let mut head = Vec::with_capacity(160);
     head.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n");
     head.extend_from_slice(b"sec-websocket-accept: ");
@@ -141,6 +141,11 @@ pub fn response_head(upgrade: &Upgrade, protocol: Option<&str>) -> Vec<u8> {
     if let Some(chosen) = protocol.filter(|p| upgrade.protocols.iter().any(|offer| offer == p)) {
         head.extend_from_slice(b"sec-websocket-protocol: ");
         head.extend_from_slice(chosen.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if let Some(extensions) = extensions {
+        head.extend_from_slice(b"sec-websocket-extensions: ");
+        head.extend_from_slice(extensions.as_bytes());
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"\r\n");
@@ -400,12 +405,12 @@ mod tests {
     fn writes_the_101_response() {
         let upgrade = check(&handshake("Sec-WebSocket-Protocol: chat, superchat\r\n")).unwrap();
         assert_eq!(
-            response_head(&upgrade, None),
+            response_head(&upgrade, None, None),
             b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
               sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n"
         );
         assert_eq!(
-            response_head(&upgrade, Some("chat")),
+            response_head(&upgrade, Some("chat"), None),
             b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n\
               sec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nsec-websocket-protocol: chat\r\n\r\n"
         );
@@ -414,10 +419,13 @@ mod tests {
     #[test]
     fn a_protocol_the_client_did_not_offer_is_left_out() {
         let upgrade = check(&handshake("Sec-WebSocket-Protocol: chat\r\n")).unwrap();
-        assert_eq!(response_head(&upgrade, Some("other")), response_head(&upgrade, None));
         assert_eq!(
-            response_head(&upgrade, Some("chat\r\nx: y")),
-            response_head(&upgrade, None)
+            response_head(&upgrade, Some("other"), None),
+            response_head(&upgrade, None, None)
+        );
+        assert_eq!(
+            response_head(&upgrade, Some("chat\r\nx: y"), None),
+            response_head(&upgrade, None, None)
         );
     }
 

@@ -15,8 +15,9 @@
 //! close, then closing the TCP connection, §7.1), answering pings with
 //! pongs, timers (idle and close timeouts, keep-alive pings), and
 //! back-pressure (when to stop reading while the application is behind,
-//! how much outgoing data to queue). No extension is implemented;
-//! `Decoder::set_rsv1_allowed` is the hook permessage-deflate would use.
+//! how much outgoing data to queue). permessage-deflate (`deflate.rs`) is
+//! the one extension: the decoder lets RSV1 through once it is negotiated
+//! (`Decoder::set_rsv1_allowed`) and the session inflates and deflates.
 
 mod base64;
 pub mod close;
