@@ -4,6 +4,7 @@ require "tsubame/config/app_loader"
 require "tsubame/config/hooks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
+require "tsubame/control/process_sample"
 
 module Tsubame
   # One cluster worker, running in the child the master forked: loads the
@@ -39,7 +40,9 @@ module Tsubame
       Hooks.run(@options[:on_worker_boot], @index)
       app = @app || AppLoader.load(@options[:rackup])
       @server = Server.new(app, @options, listeners: @listeners,
-                                          busy_accept_delay: @options[:wait_for_less_busy_worker])
+                                          busy_accept_delay: @options[:wait_for_less_busy_worker],
+                                          worker_index: @index)
+      @started_wall = Time.now.to_f
       @server.start
       @server.upgrades.relay = ->(publish) { @link.send(publish) }
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
@@ -68,6 +71,7 @@ module Tsubame
     def hangup
       LogRedirect.reopen(@options)
       server = @server
+      server&.reopen_access_log
       Thread.new { server.reload_tls($stdout) } if server&.tls?
     end
 
@@ -129,6 +133,7 @@ module Tsubame
           GC.start
           { "pid" => Process.pid, "gc" => "done" }
         when "backtraces" then backtraces
+        when "metrics" then ProcessSample.take(@server, index: @index).merge("started" => @started_wall)
         when "lame_duck"
           # The cluster is stopping with shutdown_delay: the master sends
           # TERM once the delay is over.

@@ -97,6 +97,15 @@ module Tsubame
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
       tls_self_signed: false,
+      # Observability (docs/OBSERVABILITY.md): engine-kept metrics for
+      # /metrics (and, optionally, a bind of their own), the access log,
+      # X-Request-Id and X-Request-Start.
+      metrics: true,
+      metrics_url: nil,
+      access_log: nil,
+      access_log_file: nil,
+      request_id: false,
+      request_start_header: false,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -143,6 +152,7 @@ module Tsubame
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
       websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
+      metrics access_log access_log_file request_id request_start_header
     ].freeze
 
     KINDS = {
@@ -209,6 +219,12 @@ module Tsubame
       upgrade_max_pending: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
+      metrics: :boolean,
+      metrics_url: :optional_control_url,
+      access_log: :access_log_format,
+      access_log_file: :optional_string,
+      request_id: :boolean,
+      request_start_header: :boolean,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -398,7 +414,18 @@ module Tsubame
       when :proxy_protocol then proxy_protocol(key, value)
       when :header_name then value.nil? ? nil : header_name(key, value)
       when :cidrs then cidrs(key, value)
+      when :access_log_format then access_log_format(key, value)
       end
+    end
+
+    ACCESS_LOG_FORMATS = %w[common combined json].freeze
+
+    # nil, false or "off": none.
+    def access_log_format(key, value)
+      return nil if [nil, false, "off"].include?(value)
+      return value.to_s.freeze if ACCESS_LOG_FORMATS.include?(value.to_s)
+
+      raise ConfigError, "#{key} must be one of #{ACCESS_LOG_FORMATS.join(", ")} (got #{value.inspect})"
     end
 
     # nil, false or "off": none; v1/v2 (Symbol or String, "1"/"2" too).

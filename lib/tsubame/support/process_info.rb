@@ -19,6 +19,16 @@ module Tsubame
       nil
     end
 
+    # Resident set size in bytes, or nil (as rss_mb).
+    def rss_bytes(pid)
+      File.foreach("/proc/#{pid}/status") do |line|
+        return line[/\d+/].to_i * 1024 if line.start_with?("VmRSS:")
+      end
+      nil
+    rescue SystemCallError
+      nil
+    end
+
     # The fields of /proc/PID/stat after the command name, which is in
     # parentheses and may itself contain spaces and parentheses: [state,
     # ppid, ...]; nil when the process is gone.

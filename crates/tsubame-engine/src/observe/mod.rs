@@ -1,0 +1,155 @@
+//! What the engine records about each request for operators, kept off the
+//! GVL: Prometheus counters and histograms (`metrics.rs`, `buckets.rs`),
+//! the access log (`access_log.rs`, `log_format.rs`), request ids
+//! (`request_id.rs`) and `X-Request-Start` (`request_start.rs`).
+//!
+//! A protocol calls `Observer::prepare` with the head before queueing the
+//! request and `Observer::finish` after the last byte of the reply; both
+//! do nothing beyond a few branches for what is turned off.
+
+pub mod access_log;
+pub mod buckets;
+pub mod log_format;
+pub mod metrics;
+pub mod request_id;
+pub mod request_start;
+
+use crate::dispatch::job::JobState;
+use crate::dispatch::reply::Reply;
+use crate::message::head::{RequestHead, Version};
+use access_log::AccessLog;
+use bytes::Bytes;
+use log_format::LogLine;
+use metrics::Metrics;
+use request_id::IdGen;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Debug, Default)]
+pub struct Observer {
+    pub metrics: Metrics,
+    /// `metrics false` skips the per-request counting (not the counters
+    /// the engine kept before, such as sheds).
+    pub metrics_on: bool,
+    pub access_log: Option<AccessLog>,
+    pub request_ids: Option<IdGen>,
+    pub add_request_start: bool,
+}
+
+/// What `prepare` took from the head for `finish`, which runs after the
+/// head went to the app.
+#[derive(Debug, Default)]
+pub struct Tags {
+    pub request_id: Option<Bytes>,
+    pub user_agent: Option<Bytes>,
+    pub referer: Option<Bytes>,
+}
+
+/// A request answered: what `finish` counts and logs.
+pub struct Finished<'a> {
+    pub peer: &'a str,
+    pub method: &'a [u8],
+    pub target: &'a [u8],
+    pub version: Version,
+    pub status: u16,
+    pub request_body_bytes: u64,
+    pub response_body_bytes: u64,
+    pub received_at: Instant,
+    /// When the app's answer reached the connection (none for the public
+    /// folder's files, which the app never sees).
+    pub replied_at: Option<Instant>,
+    pub state: Option<&'a JobState>,
+    pub tags: &'a Tags,
+}
+
+impl Observer {
+    pub fn prepare(&self, head: &mut RequestHead) -> Tags {
+        let mut tags = Tags::default();
+        if self.metrics_on || self.add_request_start {
+            let now = SystemTime::now();
+            if self.metrics_on {
+                if let Some(wait) = request_start::upstream_wait(head, now) {
+                    self.metrics.upstream_wait.record(wait);
+                }
+            }
+            if self.add_request_start {
+                request_start::stamp(head, now);
+            }
+        }
+        if let Some(ids) = &self.request_ids {
+            tags.request_id = Some(ids.assign(head));
+        }
+        if self.access_log.as_ref().is_some_and(|log| log.format().wants_agent()) {
+            tags.user_agent = head.header(b"user-agent").cloned();
+            tags.referer = head.header(b"referer").cloned();
+        }
+        tags
+    }
+
+    /// The reply with the request id in its head, when ids are on.
+    pub fn tag_reply(&self, reply: Reply, tags: &Tags) -> Reply {
+        match &tags.request_id {
+            Some(id) => request_id::tag_reply(reply, id),
+            None => reply,
+        }
+    }
+
+    pub fn finish(&self, done: &Finished<'_>) {
+        if !self.metrics_on && self.access_log.is_none() {
+            return;
+        }
+        let total = done.received_at.elapsed();
+        let taken = done.state.and_then(JobState::taken);
+        let queue_wait = taken.map(|(_, wait)| wait);
+        let app = match (taken, done.replied_at) {
+            (Some((offset, _)), Some(replied)) => Some(
+                replied
+                    .saturating_duration_since(done.received_at)
+                    .saturating_sub(offset),
+            ),
+            _ => None,
+        };
+        if self.metrics_on {
+            let m = &self.metrics;
+            m.count_request(done.status, done.method, done.version);
+            m.total.record(total);
+            if let Some(wait) = queue_wait {
+                m.queue_wait.record(wait);
+            }
+            if let Some(app) = app {
+                m.app.record(app);
+            }
+            add(&m.request_body_bytes, done.request_body_bytes);
+            add(&m.response_body_bytes, done.response_body_bytes);
+        }
+        if let Some(log) = &self.access_log {
+            log.write(&LogLine {
+                peer: done.peer,
+                method: done.method,
+                target: done.target,
+                version: done.version,
+                status: done.status,
+                body_bytes: done.response_body_bytes,
+                duration: total,
+                queue_wait,
+                app,
+                request_id: done.tags.request_id.as_deref(),
+                user_agent: done.tags.user_agent.as_deref(),
+                referer: done.tags.referer.as_deref(),
+            });
+        }
+    }
+
+    /// Lines still queued for the access log get up to `limit` to be
+    /// written (at a stop).
+    pub fn flush(&self, limit: Duration) {
+        if let Some(log) = &self.access_log {
+            log.flush(limit);
+        }
+    }
+}
+
+fn add(counter: &std::sync::atomic::AtomicU64, n: u64) {
+    if n > 0 {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
