@@ -31,8 +31,7 @@ module Tsubame
     # sampler runs while it is asked for.
     def latest
       @lock.synchronize do
-        @wanted_at = now
-        @thread = NamedThread.start("tsubame-status") { run } unless @thread&.alive?
+        wanted
         @changed.wait(@lock, 5) unless @latest
         @latest
       end
@@ -41,13 +40,24 @@ module Tsubame
     # Blocks until a snapshot newer than `seen` (or `timeout`).
     def next_after(seen, timeout)
       @lock.synchronize do
-        @wanted_at = now
+        wanted
         @changed.wait(@lock, timeout) if @latest.equal?(seen)
         @latest
       end
     end
 
     private
+
+    # Under the lock: a reader is here, so the sampler runs. A sampler
+    # started after a pause starts a new history (its rates would span
+    # the pause).
+    def wanted
+      @wanted_at = now
+      return if @thread&.alive?
+
+      @history.clear
+      @thread = NamedThread.start("tsubame-status") { run }
+    end
 
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)

@@ -187,7 +187,8 @@ async fn serve_stream(
             }
             answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
         }
-        replied_at = Some(Instant::now());
+        // A shed has no app time: the engine answered instead.
+        replied_at = matches!(answer, Answer::Reply(_)).then(Instant::now);
         job_state = Some(state);
         let reply = match answer {
             Answer::Reply(reply) => reply,
