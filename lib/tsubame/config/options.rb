@@ -420,9 +420,9 @@ module Tsubame
 
     ACCESS_LOG_FORMATS = %w[common combined json].freeze
 
-    # nil, false or "off": none.
+    # nil, false or off (a Symbol in a config file, a String from a flag): none.
     def access_log_format(key, value)
-      return nil if [nil, false, "off"].include?(value)
+      return nil if [nil, false, "off", :off].include?(value)
       return value.to_s.freeze if ACCESS_LOG_FORMATS.include?(value.to_s)
 
       raise ConfigError, "#{key} must be one of #{ACCESS_LOG_FORMATS.join(", ")} (got #{value.inspect})"
