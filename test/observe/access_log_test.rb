@@ -87,10 +87,13 @@ class AccessLogTest < Minitest::Test
       # three seconds of waiting in front of the server counted.
       three_ago = ((Time.now.to_f - 3) * 1000).to_i
       assert_equal "t=#{three_ago}", request(s.port, "GET", "/start", headers: { "X-Request-Start" => "t=#{three_ago}" }).body
+      # A stamp from a clock ahead of the server's is not counted.
+      ahead = ((Time.now.to_f + 60) * 1000).to_i
+      request(s.port, "GET", "/start", headers: { "X-Request-Start" => "t=#{ahead}" })
       text = scrape(control)
       assert_equal 1, sample(text, "tsubame_http_request_upstream_wait_seconds_count")
       assert_equal 0, sample(text, "tsubame_http_request_upstream_wait_seconds_bucket", le: "2.5")
-      assert_equal 1, sample(text, "tsubame_http_request_upstream_wait_seconds_bucket", le: "5")
+      assert_equal 1, sample(text, "tsubame_http_request_upstream_wait_seconds_bucket", le: "10")
     end
   end
 
@@ -100,10 +103,28 @@ class AccessLogTest < Minitest::Test
       line = wait_until(timeout: 10) { s.stdout.lines.find { |l| l.include?("/missing") } }
       assert_match(%r{\A127\.0\.0\.1 - - \[\d\d/\w{3}/\d{4}:\d\d:\d\d:\d\d \+0000\] "GET /missing\?q=\\"x\\" HTTP/1\.1" 404 4 "-" "agent \\"7\\""\n\z}, line)
     end
-    with_server(APP, args: %w[--access-log common]) do |s|
+    # --access-log wins over -v's line; -q does not silence it.
+    with_server(APP, args: %w[-v --access-log common]) do |s|
       request(s.port, "GET", "/")
       line = wait_until(timeout: 10) { s.stdout.lines.find { |l| l.include?("GET / ") } }
       assert_match(%r{\A127\.0\.0\.1 - - \[[^\]]+\] "GET / HTTP/1\.1" 200 5\n\z}, line)
+      assert_equal 1, s.stdout.lines.count { |l| l.include?("GET / ") }
+    end
+    with_server(APP, args: %w[-q --access-log common]) do |s|
+      request(s.port, "GET", "/")
+      assert wait_until(timeout: 10) { s.stdout.lines.find { |l| l.include?("\"GET / HTTP/1.1\" 200 5") } }
+    end
+  end
+
+  def test_the_last_lines_are_written_at_a_stop
+    in_tmpdir do |dir|
+      log = File.join(dir, "access.log")
+      server = Tsubame::TestServer.new(APP, args: ["--access-log", "common", "--access-log-file", log])
+      10.times { |i| request(server.port, "GET", "/?n=#{i}") }
+      assert_equal 0, server.stop.exitstatus
+      assert_equal 10, File.readlines(log).size
+    ensure
+      server&.kill
     end
   end
 

@@ -18,7 +18,7 @@ class ClusterMetricsTest < Minitest::Test
       when "/fail" then [500, { "content-type" => "text/plain" }, ["fail"]]
       when "/create" then [201, { "content-type" => "text/plain" }, ["made"]]
       when "/slow"
-        sleep 2
+        sleep 4
         [200, { "content-type" => "text/plain" }, ["late"]]
       else [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
       end
@@ -28,7 +28,7 @@ class ClusterMetricsTest < Minitest::Test
   SENT = { ["2xx", "GET"] => 20, ["4xx", "GET"] => 7, ["5xx", "GET"] => 3 + 4, ["2xx", "POST"] => 5 }.freeze
 
   def test_a_scripted_workload_adds_up_across_workers
-    with_cluster(APP, workers: 2, args: %w[--request-timeout 0.3 --health-check-path /up]) do |s|
+    with_cluster(APP, workers: 2, args: %w[--request-timeout 1.5 --health-check-path /up]) do |s|
       port = s.port
       # Fresh connections, so both workers get some.
       20.times { assert_equal "200", request(port, "GET", "/").code }

@@ -36,6 +36,32 @@ class StatusPageTest < Minitest::Test
       end
       status, = control_get(control, "/status.js")
       assert_equal 403, status
+      status, _, json = control_get(control, "/status.json?token=#{TOKEN}")
+      assert_equal 200, status
+      summary = JSON.parse(json)
+      assert_equal ["single", 5, 1], summary.values_at("mode", "threads_max").push(summary["workers"].size)
+    end
+  end
+
+  def test_at_most_eight_event_streams
+    control = free_port
+    with_server(APP, args: ["--control-url", "tcp://127.0.0.1:#{control}", "--control-token", TOKEN]) do
+      streams = Array.new(8) do
+        socket = TCPSocket.new("127.0.0.1", control)
+        socket.write("GET /status/events?token=#{TOKEN} HTTP/1.1\r\nHost: x\r\n\r\n")
+        socket
+      end
+      streams.each do |socket|
+        assert socket.wait_readable(10)
+        assert_match(%r{\AHTTP/1\.1 200 OK\r\ncontent-type: text/event-stream}, socket.readpartial(4096))
+      end
+      status, _, body = control_get(control, "/status/events?token=#{TOKEN}")
+      assert_equal 503, status
+      assert_match(/too many status pages open \(8\)/, body)
+      # The stream goes on: the next event comes within a few seconds.
+      assert streams.first.wait_readable(10)
+      assert_match(/\Adata: \{/, streams.first.readpartial(65_536))
+      streams.each(&:close)
     end
   end
 

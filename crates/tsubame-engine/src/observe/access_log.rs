@@ -86,7 +86,12 @@ impl AccessLog {
         let theirs = counters.clone();
         std::thread::Builder::new()
             .name("tsubame-log".to_string())
-            .spawn(move || write_lines(rx, sink, &theirs))
+            .spawn(move || {
+                // As on the I/O threads: signals go to a Ruby thread,
+                // whose handlers (TERM, HUP) are what the server obeys.
+                crate::sys::block_all_signals();
+                write_lines(rx, sink, &theirs)
+            })
             .map_err(|source| OpenError {
                 path: PathBuf::from("(writer thread)"),
                 source,
