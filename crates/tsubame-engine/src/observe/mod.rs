@@ -64,16 +64,17 @@ pub struct Finished<'a> {
 impl Observer {
     pub fn prepare(&self, head: &mut RequestHead) -> Tags {
         let mut tags = Tags::default();
-        if self.metrics_on || self.add_request_start {
-            let now = SystemTime::now();
-            if self.metrics_on {
-                if let Some(wait) = request_start::upstream_wait(head, now) {
+        // The clock is read only for a request that has the header or
+        // gets one: most have neither.
+        if self.metrics_on {
+            if let Some(value) = head.header(request_start::NAME) {
+                if let Some(wait) = request_start::upstream_wait(value, SystemTime::now()) {
                     self.metrics.upstream_wait.record(wait);
                 }
             }
-            if self.add_request_start {
-                request_start::stamp(head, now);
-            }
+        }
+        if self.add_request_start {
+            request_start::stamp(head, SystemTime::now());
         }
         if let Some(ids) = &self.request_ids {
             tags.request_id = Some(ids.assign(head));

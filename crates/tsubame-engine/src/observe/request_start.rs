@@ -38,10 +38,11 @@ fn now_micros(now: SystemTime) -> u64 {
     u64::try_from(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_micros()).unwrap_or(u64::MAX)
 }
 
-/// How long ago the proxy stamped the request; `None` without a header,
-/// with one that cannot be read, or from a clock ahead of ours.
-pub fn upstream_wait(head: &RequestHead, now: SystemTime) -> Option<Duration> {
-    let started = parse(head.header(NAME)?)?;
+/// How long ago the proxy stamped the request (`value` is its
+/// `X-Request-Start`); `None` for one that cannot be read or from a clock
+/// ahead of ours.
+pub fn upstream_wait(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let started = parse(value)?;
     now_micros(now).checked_sub(started).map(Duration::from_micros)
 }
 
