@@ -28,7 +28,9 @@ class ClusterMetricsTest < Minitest::Test
   SENT = { ["2xx", "GET"] => 20, ["4xx", "GET"] => 7, ["5xx", "GET"] => 3 + 4, ["2xx", "POST"] => 5 }.freeze
 
   def test_a_scripted_workload_adds_up_across_workers
-    with_cluster(APP, workers: 2, args: %w[--request-timeout 1.5 --health-check-path /up]) do |s|
+    log = File.join(Dir.mktmpdir("tsubame-obs"), "access.log")
+    with_cluster(APP, workers: 2, args: ["--request-timeout", "1.5", "--health-check-path", "/up",
+                                         "--access-log", "json", "--access-log-file", log]) do |s|
       port = s.port
       # Fresh connections, so both workers get some.
       20.times { assert_equal "200", request(port, "GET", "/").code }
@@ -63,6 +65,13 @@ class ClusterMetricsTest < Minitest::Test
       assert_equal 2, sample(text, "tsubame_worker_boots_total")
       assert_equal 0, sample(text, "tsubame_worker_deaths_total")
       assert_equal 2, sample(text, "tsubame_workers")
+      # The access log has the same requests, each with its worker.
+      lines = wait_until(timeout: 10) { (l = File.readlines(log)).size >= sent && l }
+      assert lines, "#{sent} access log lines"
+      entries = lines.map { |line| JSON.parse(line) }
+      assert_equal sent, entries.size
+      assert_equal per_worker, [0, 1].map { |w| entries.count { |e| e["worker"] == w } }
+      assert_equal 4, entries.count { |e| e["status"] == 503 && e["path"] == "/slow" && e["app"].nil? }
 
       # One worker killed: the master counts the death and the restart,
       # the replacement's series start from zero, the survivor's stay.
@@ -88,5 +97,7 @@ class ClusterMetricsTest < Minitest::Test
       stats = s.stats
       assert_equal(%w[boot boot death boot], stats.dig("worker_events", "recent").map { |e| e["event"] })
     end
+  ensure
+    FileUtils.rm_rf(File.dirname(log)) if log
   end
 end

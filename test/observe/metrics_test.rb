@@ -110,6 +110,24 @@ class MetricsTest < Minitest::Test
     server&.kill
   end
 
+  def test_http2_requests_are_counted_under_their_protocol_and_carry_the_id
+    server, control = start(%w[--h2c --request-id])
+    out, err, status = Open3.capture3("nghttp", "-v", "-H", "x-request-id: h2-id-7",
+                                      "http://127.0.0.1:#{server.port}/missing")
+    assert status.success?, err
+    assert_match(/:status: 404/, out)
+    assert_match(/x-request-id: h2-id-7/, out)
+    text = wait_until(timeout: 10) do
+      t = scrape(control)
+      total(t, "tsubame_http_requests_total") >= 1 ? t : nil
+    end
+    refute_nil text
+    assert_equal 1, sample(text, "tsubame_http_requests_total", code: "4xx", method: "GET", protocol: "2")
+    assert_equal 1, total(text, "tsubame_http_requests_total")
+  ensure
+    server&.kill
+  end
+
   def test_no_metrics_leaves_out_the_per_request_series
     server, control = start(%w[--no-metrics])
     request(server.port, "GET", "/")
