@@ -100,4 +100,30 @@ class ClusterMetricsTest < Minitest::Test
   ensure
     FileUtils.rm_rf(File.dirname(log)) if log
   end
+
+  # HUP to the master: every worker reopens the access log file by name.
+  def test_hup_reopens_every_workers_access_log
+    dir = Dir.mktmpdir("tsubame-obs")
+    log = File.join(dir, "access.log")
+    with_cluster(APP, workers: 2, args: ["--access-log", "json", "--access-log-file", log]) do |s|
+      pids = s.booted_workers.values
+      seen = wait_until(timeout: 20) do
+        request(s.port, "GET", "/")
+        File.readlines(log).map { |line| JSON.parse(line)["worker"] }.uniq.sort == [0, 1]
+      end
+      assert seen, "both workers logged"
+      File.rename(log, "#{log}.1")
+      s.signal("HUP")
+      sleep 0.5
+      reopened = wait_until(timeout: 20) do
+        request(s.port, "GET", "/?after")
+        File.exist?(log) && File.readlines(log).map { |line| JSON.parse(line)["worker"] }.uniq.sort == [0, 1]
+      end
+      assert reopened, "both workers write to the new file"
+      refute_match(/after/, File.read("#{log}.1"))
+      assert_equal pids.sort, s.booted_workers.values.sort, "HUP restarted no worker"
+    end
+  ensure
+    FileUtils.rm_rf(dir) if dir
+  end
 end
