@@ -128,6 +128,31 @@ class MetricsTest < Minitest::Test
     server&.kill
   end
 
+  # A connection the app takes over (rack.hijack) or upgrades is counted
+  # when the engine hands it over: as a 1xx, with no body.
+  def test_a_hijacked_request_is_counted_once
+    app = <<~'RUBY'
+      run lambda { |env|
+        io = env["rack.hijack"].call
+        io.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nhi")
+        io.close
+        [200, {}, []]
+      }
+    RUBY
+    control = free_port
+    server = Tsubame::TestServer.new(app, args: ["--control-url", "tcp://127.0.0.1:#{control}", "--control-token", TOKEN])
+    assert_equal "hi", request(server.port, "GET", "/").body
+    text = wait_until(timeout: 10) do
+      t = scrape(control)
+      total(t, "tsubame_http_requests_total") >= 1 ? t : nil
+    end
+    refute_nil text
+    assert_equal 1, sample(text, "tsubame_http_requests_total", code: "1xx", method: "GET", protocol: "1.1")
+    assert_equal 1, total(text, "tsubame_http_requests_total")
+  ensure
+    server&.kill
+  end
+
   def test_no_metrics_leaves_out_the_per_request_series
     server, control = start(%w[--no-metrics])
     request(server.port, "GET", "/")

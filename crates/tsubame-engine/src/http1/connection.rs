@@ -194,7 +194,23 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
+        // A request whose connection leaves the HTTP loop (upgrade, hijack)
+        // is counted when it leaves: 101 (200 for SSE), no body.
+        let handed_over = |status| Finished {
+            peer: &conn.peer_addr,
+            method: &method,
+            target: &target,
+            version,
+            status,
+            request_body_bytes,
+            response_body_bytes: 0,
+            received_at,
+            replied_at,
+            state: job_state.as_deref(),
+            tags: &tags,
+        };
         if let Reply::Upgrade { kind, id } = reply {
+            shared.observe.finish(&handed_over(reply_status(&reply)));
             // These share the request's read buffer (16 KiB); held across
             // the session's await they would keep it for the life of an
             // idle WebSocket.
@@ -213,6 +229,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let reply = shared.observe.tag_reply(reply, &tags);
         let (written, body_bytes) = match reply {
             Reply::Hijack { socket } => {
+                shared.observe.finish(&handed_over(status));
                 let _ = socket.send(io.into_owned_fd());
                 return;
             }

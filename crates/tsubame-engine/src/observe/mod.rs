@@ -257,6 +257,9 @@ mod tests {
         }
         let mut extra: Vec<f64> = pairs.iter().map(|(a, b)| a - b).collect();
         extra.sort_by(|a, b| a.total_cmp(b));
-        println!("observe_cost: rounds (on ns, off ns) {pairs:?}; median extra per request {:.1} ns", extra[2]);
+        println!(
+            "observe_cost: rounds (on ns, off ns) {pairs:?}; median extra per request {:.1} ns",
+            extra[2]
+        );
     }
 }
