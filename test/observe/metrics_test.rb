@@ -106,6 +106,15 @@ class MetricsTest < Minitest::Test
     status, = control_get(metrics_port, "/stop")
     assert_equal 404, status
     assert_match(/\* Metrics on tcp:\/\/127\.0\.0\.1:#{metrics_port} \(no token required\)/, server.stdout)
+    # tsubame ctl metrics prints the same text.
+    out, err, status = run_tsubame("ctl", "--control-url", "tcp://127.0.0.1:#{control}", "--control-token", TOKEN,
+                                   "metrics")
+    assert status.success?, err
+    assert_match(/^tsubame_http_requests_total\{code="2xx",method="GET",protocol="1\.1"\} 1$/, out)
+    _, err, status = run_tsubame("ctl", "--control-url", "tcp://127.0.0.1:#{control}", "--control-token", "bad",
+                                 "metrics")
+    assert_equal 1, status.exitstatus
+    assert_match(/tsubame ctl: metrics: invalid token \(HTTP 403\)/, err)
   ensure
     server&.kill
   end
