@@ -188,7 +188,7 @@ async fn serve_stream(
             answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
         }
         // A shed has no app time: the engine answered instead.
-        replied_at = matches!(answer, Answer::Reply(_)).then(Instant::now);
+        replied_at = (shared.observe.is_on() && matches!(answer, Answer::Reply(_))).then(Instant::now);
         job_state = Some(state);
         let reply = match answer {
             Answer::Reply(reply) => reply,

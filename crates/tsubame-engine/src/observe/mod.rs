@@ -94,8 +94,14 @@ impl Observer {
         }
     }
 
+    /// Whether `finish` records anything: the protocols read the clock
+    /// for it only then.
+    pub fn is_on(&self) -> bool {
+        self.metrics_on || self.access_log.is_some()
+    }
+
     pub fn finish(&self, done: &Finished<'_>) {
-        if !self.metrics_on && self.access_log.is_none() {
+        if !self.is_on() {
             return;
         }
         let total = done.received_at.elapsed();
