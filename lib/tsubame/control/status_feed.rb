@@ -81,14 +81,15 @@ module Tsubame
       @lock.synchronize { @thread = nil }
     end
 
+    # Each point keeps every process's counters by pid, so that rates and
+    # the window's histogram are differences per process: a worker that
+    # was replaced (a new pid, counters from zero) adds what it served
+    # instead of pulling the totals down.
     def build(samples, cluster)
       workers = samples.select { |s| s["stats"] }
-      point = { "at" => now, "requests" => 0, "shed" => 0, "buckets" => nil }
-      workers.each do |s|
-        point["requests"] += requests(s)
-        point["shed"] += s["stats"]["shed_total"].to_i
-        point["buckets"] = add(point["buckets"], s.dig("engine", "total", "buckets"))
-      end
+      point = { "at" => now, "requests" => workers.sum { |s| requests(s) },
+                "shed" => workers.sum { |s| s["stats"]["shed_total"].to_i },
+                "by_pid" => workers.to_h { |s| [s["pid"], [requests(s), s.dig("engine", "total", "buckets")]] } }
       @history << point
       @history.shift while @history.size > WINDOW + 1
       summary(workers, cluster, point)
@@ -98,18 +99,33 @@ module Tsubame
       Array(sample.dig("engine", "requests")).sum { |row| row[3] }
     end
 
-    def add(into, buckets)
-      return into unless buckets
-      return buckets.dup unless into
+    # Requests served between two points, process by process.
+    def served_between(earlier, later)
+      later["by_pid"].sum do |pid, (count, _)|
+        before = earlier["by_pid"][pid]
+        before ? [count - before[0], 0].max : count
+      end
+    end
 
-      into.each_index.map { |i| into[i] + buckets[i].to_i }
+    # The cumulative duration buckets of the requests served between two
+    # points, process by process.
+    def buckets_between(earlier, later)
+      sum = nil
+      later["by_pid"].each do |pid, (_, buckets)|
+        next unless buckets
+
+        before = earlier["by_pid"].dig(pid, 1)
+        sum ||= Array.new(buckets.size, 0)
+        buckets.each_index { |k| sum[k] += buckets[k] - (before ? before[k] : 0) }
+      end
+      sum
     end
 
     def summary(workers, cluster, point)
       previous = @history[-2]
       first = @history.first
       bounds = workers.first&.dig("engine", "bounds") || []
-      window = diff(point["buckets"], first["buckets"])
+      window = buckets_between(first, point)
       {
         "time" => Time.now.utc.iso8601,
         "mode" => cluster ? "cluster" : "single",
@@ -144,21 +160,14 @@ module Tsubame
       totals
     end
 
-    # Requests a second since the previous sample; a worker that restarted
-    # (its counters went back to zero) counts as no requests, not negative.
+    # Requests a second since the previous sample.
     def rate(point, previous)
       return 0.0 unless previous
 
       elapsed = point["at"] - previous["at"]
       return 0.0 unless elapsed.positive?
 
-      ([point["requests"] - previous["requests"], 0].max / elapsed).round(1)
-    end
-
-    def diff(now_buckets, then_buckets)
-      return now_buckets unless now_buckets && then_buckets && now_buckets.size == then_buckets.size
-
-      now_buckets.each_index.map { |i| [now_buckets[i] - then_buckets[i], 0].max }
+      (served_between(previous, point) / elapsed).round(1)
     end
 
     # Milliseconds, or nil with no requests in the window.
