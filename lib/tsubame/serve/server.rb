@@ -101,7 +101,8 @@ module Tsubame
       @base_env = base_env
       @early_hints = @options[:early_hints]
       @x_sendfile = sendfile_variation
-      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
+      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line),
+                                      enabled: !@options[:request_timeout].nil?)
       @native.start
       @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
       Upgrades.current = @upgrades
