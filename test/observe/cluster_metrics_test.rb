@@ -101,6 +101,29 @@ class ClusterMetricsTest < Minitest::Test
     FileUtils.rm_rf(File.dirname(log)) if log
   end
 
+  # A worker that cannot answer (stopped here with SIGSTOP) is left out of
+  # the scrape after 2 s; the others' series and the master's still come.
+  def test_a_silent_worker_is_left_out_of_the_scrape
+    with_cluster(APP, workers: 2) do |s|
+      victim = s.booted_workers[1]
+      Process.kill("STOP", victim)
+      begin
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        text = scrape_unix(s.control_path, Tsubame::ClusterServer::TOKEN)
+        took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+        assert_operator took, :>=, 1.9
+        assert_operator took, :<, 10
+        assert_operator sample(text, "tsubame_threads_max", worker: "0"), :>, 0
+        assert_nil sample(text, "tsubame_threads_max", worker: "1")
+        assert_equal 2, sample(text, "tsubame_workers")
+        ok, out = promtool_check(text)
+        assert ok, out
+      ensure
+        Process.kill("CONT", victim)
+      end
+    end
+  end
+
   # HUP to the master: every worker reopens the access log file by name.
   def test_hup_reopens_every_workers_access_log
     dir = Dir.mktmpdir("tsubame-obs")
