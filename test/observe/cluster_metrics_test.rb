@@ -18,7 +18,7 @@ class ClusterMetricsTest < Minitest::Test
       when "/fail" then [500, { "content-type" => "text/plain" }, ["fail"]]
       when "/create" then [201, { "content-type" => "text/plain" }, ["made"]]
       when "/slow"
-        sleep 4
+        sleep 6
         [200, { "content-type" => "text/plain" }, ["late"]]
       else [200, { "content-type" => "text/plain" }, [Process.pid.to_s]]
       end
@@ -29,7 +29,7 @@ class ClusterMetricsTest < Minitest::Test
 
   def test_a_scripted_workload_adds_up_across_workers
     log = File.join(Dir.mktmpdir("tsubame-obs"), "access.log")
-    with_cluster(APP, workers: 2, args: ["--request-timeout", "1.5", "--health-check-path", "/up",
+    with_cluster(APP, workers: 2, args: ["--request-timeout", "3", "--health-check-path", "/up",
                                          "--access-log", "json", "--access-log-file", log]) do |s|
       port = s.port
       # Fresh connections, so both workers get some.

@@ -37,7 +37,7 @@ class StatusFeedTest < Minitest::Test
     # 100 requests over the time between two samples: a second, or more
     # on a loaded machine.
     assert_operator second["rps"], :<=, 105
-    assert_operator second["rps"], :>=, 35
+    assert_operator second["rps"], :>=, 10
     third = feed.next_after(second, 5)
     assert_equal 210, third["requests_total"]
     assert_operator third["rps"], :>, 0, "the replacement's 10 count; the dead worker's are not subtracted"
