@@ -108,10 +108,12 @@ class ClusterMetricsTest < Minitest::Test
       victim = s.booted_workers[1]
       Process.kill("STOP", victim)
       begin
+        stopped = wait_until(timeout: 10) { File.read("/proc/#{victim}/stat")[/\) (\w)/, 1] == "T" }
+        assert stopped, "worker #{victim} stopped"
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         text = scrape_unix(s.control_path, Tsubame::ClusterServer::TOKEN)
         took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-        assert_operator took, :>=, 1.9
+        assert_operator took, :>=, 1.9, "worker #{victim} of #{s.booted_workers} answered:\n#{text}"
         assert_operator took, :<, 10
         assert_operator sample(text, "tsubame_threads_max", worker: "0"), :>, 0
         assert_nil sample(text, "tsubame_threads_max", worker: "1")
