@@ -281,6 +281,29 @@ module Tsubame
         @options.set(:log_requests, true, layer: LAYER)
         @options.set(:quiet, false, layer: LAYER)
       end
+      observability_flags(opts)
+    end
+
+    # docs/OBSERVABILITY.md
+    def observability_flags(opts)
+      opts.on("--access-log FORMAT", "Access log: common, combined or json (default: none)") do |format|
+        @options.set(:access_log, format, layer: LAYER)
+      end
+      opts.on("--access-log-file PATH", "Write the access log to PATH, reopened on HUP (default: stdout)") do |path|
+        @options.set(:access_log_file, path, layer: LAYER)
+      end
+      opts.on("--[no-]metrics", "Count requests for the control app's /metrics (default: on)") do |on|
+        @options.set(:metrics, on, layer: LAYER)
+      end
+      opts.on("--metrics-url URL", "Serve /metrics alone, with no token, on tcp://HOST:PORT or unix://PATH") do |url|
+        @options.set(:metrics_url, url, layer: LAYER)
+      end
+      opts.on("--request-id", "Keep or make an X-Request-Id for every request, in the env and the response") do
+        @options.set(:request_id, true, layer: LAYER)
+      end
+      opts.on("--request-start-header", "Add X-Request-Start: t=MICROSECONDS to requests that come without one") do
+        @options.set(:request_start_header, true, layer: LAYER)
+      end
     end
 
     def cluster_flags(opts)

@@ -16,6 +16,7 @@ require "tsubame/support/named_thread"
 require "tsubame/support/log"
 require "tsubame/support/log_redirect"
 require "tsubame/control/run_files"
+require "tsubame/control/process_sample"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/systemd_notify"
@@ -119,6 +120,11 @@ module Tsubame
       []
     end
 
+    # For /metrics and the status page (see Cluster#metric_samples).
+    def metric_samples
+      [[ProcessSample.take(@server)], nil]
+    end
+
     def cluster?
       false
     end
@@ -150,6 +156,7 @@ module Tsubame
     def serve(server)
       @server = server
       control = start_control
+      metrics_server = start_metrics_server
       RunFiles.write(@options, control)
       previous = trap_signals(server)
       # Last line of the banner, printed once the traps are in: a script
@@ -181,6 +188,7 @@ module Tsubame
         stop_restarter(restarter)
         previous.each { |signal, handler| trap(signal, handler) }
         control&.stop
+        metrics_server&.stop
         clean_up unless @restart
       end
       return hot_restart(server) if @restart
@@ -239,6 +247,15 @@ module Tsubame
       addresses.each { |address| @stdout.puts "* Listening on #{BindURI.display(address)}" }
     end
 
+    # metrics_url: /metrics alone, no token (docs/OBSERVABILITY.md).
+    def start_metrics_server
+      return unless @options[:metrics_url]
+
+      require "tsubame/control/server"
+      ControlServer.new(@options[:metrics_url], ControlToken::NONE, MetricsApp.new(self), Log.new(@stdout, @stderr),
+                        name: "Metrics").start
+    end
+
     def start_control
       return unless @options[:control_url]
 
@@ -294,9 +311,10 @@ module Tsubame
     # neither, Puma's behaviour: a hangup with nowhere to log stops.
     def hangup(server)
       LogRedirect.reopen(@options) if LogRedirect.configured?(@options)
+      server.reopen_access_log if @options[:access_log_file]
       if server.tls?
         Thread.new { server.reload_tls(@stdout) }
-      elsif !LogRedirect.configured?(@options)
+      elsif !LogRedirect.configured?(@options) && !@options[:access_log_file]
         @systemd.stopping
         server.stop
       end

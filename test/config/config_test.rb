@@ -59,11 +59,17 @@ class ConfigTest < Minitest::Test
     websocket_max_frame: 1_048_576,
     websocket_max_message: 4_194_304,
     websocket_max_rate: 1000,
+    websocket_deflate: true,
     upgrade_max_pending: 16_777_216,
     upgrade_ping_interval: 30.0,
     max_keep_alive: nil,
     supported_http_methods: nil,
-    allow_underscore_headers: true
+    allow_underscore_headers: true,
+    metrics: true,
+    access_log: nil,
+    access_log_file: nil,
+    request_id: false,
+    request_start_header: false
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -93,6 +99,21 @@ class ConfigTest < Minitest::Test
 
   def test_native_defaults
     assert_equal NATIVE_DEFAULTS, Tsubame::Options.new.native
+  end
+
+  def test_observability_directives_and_their_errors
+    options, = load_file(%(metrics_url "tcp://127.0.0.1:9394"\naccess_log :common\n))
+    assert_equal "tcp://127.0.0.1:9394", options[:metrics_url]
+    assert_equal "common", options.native[:access_log]
+    assert_nil options.native[:access_log_file], "no path: stdout"
+    options, = load_file("access_log :json\naccess_log :off\n")
+    assert_nil options.native[:access_log]
+    assert_config_error(%r{config/tsubame\.rb:2: access_log must be one of common, combined, json \(got :xml\)}) do
+      load_file("# a comment\naccess_log :xml\n")
+    end
+    assert_config_error(%r{config/tsubame\.rb:1: metrics_url must be tcp://HOST:PORT or unix://PATH}) do
+      load_file(%(metrics_url "http://x"\n))
+    end
   end
 
   # The engine's own fingerprint pattern unless another is given; off is
@@ -328,6 +349,10 @@ class ConfigTest < Minitest::Test
       max_keep_alive 20
       supported_http_methods %w[GET PURGE]
       allow_underscore_headers false
+      access_log :json, "/tmp/access.log"
+      metrics false
+      request_id
+      request_start_header
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -346,9 +371,11 @@ class ConfigTest < Minitest::Test
         trusted_proxies: ["10.0.0.0/8", "::1"],
         public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
         compress: true, compress_min_size: 256, compress_types: ["text/html"],
-        websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0,
+        websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0, websocket_deflate: true,
         upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0,
-        max_keep_alive: 20, supported_http_methods: %w[GET PURGE], allow_underscore_headers: false
+        max_keep_alive: 20, supported_http_methods: %w[GET PURGE], allow_underscore_headers: false,
+        metrics: false, access_log: "json", access_log_file: "/tmp/access.log", request_id: true,
+        request_start_header: true
       },
       options.native
     )

@@ -38,6 +38,10 @@ pub(crate) fn answer(head: &RequestHead, shared: &Shared) -> Option<Vec<u8>> {
             other => (503, other.as_str()),
         },
     };
+    shared
+        .observe
+        .metrics
+        .count_probe(matches!(probe, Probe::Readiness), status == 200);
     let body = status_json(shared, state);
     let mut response = ResponseHead::new(status).ok()?;
     response.header(b"content-type", b"application/json").ok()?;

@@ -29,6 +29,7 @@ pub mod http1;
 pub mod log;
 pub mod message;
 pub mod net;
+pub mod observe;
 pub mod options;
 pub mod server;
 mod shared;

@@ -31,6 +31,20 @@ pub struct EngineOptions {
     /// How long a graceful stop waits for in-flight requests.
     pub drain_timeout: Duration,
     pub log_requests: bool,
+    /// Count every request for `/metrics` (`observe/metrics.rs`).
+    pub metrics: bool,
+    /// The access log's format (`common`, `combined`, `json`); `None`
+    /// leaves only `log_requests`.
+    pub access_log: Option<String>,
+    /// Where the access log goes; `None` is stdout.
+    pub access_log_file: Option<std::path::PathBuf>,
+    /// Keep or make an `X-Request-Id` for every request.
+    pub request_id: bool,
+    /// Add `X-Request-Start: t=MICROS` to requests that come without one.
+    pub request_start_header: bool,
+    /// The cluster worker's index, for the access log; set by the worker,
+    /// not a setting.
+    pub worker_index: Option<u32>,
     pub tcp_nodelay: bool,
     /// Answer 503 when the app has not started its response by then.
     pub request_timeout: Option<Duration>,
@@ -149,6 +163,12 @@ impl Default for EngineOptions {
             body_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(30),
             log_requests: false,
+            metrics: true,
+            access_log: None,
+            access_log_file: None,
+            request_id: false,
+            request_start_header: false,
+            worker_index: None,
             tcp_nodelay: true,
             request_timeout: None,
             request_timeout_grace: Duration::from_secs(10),

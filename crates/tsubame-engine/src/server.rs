@@ -111,8 +111,10 @@ impl Engine {
             ),
             None => None,
         };
+        let observe = observer(&opts)?;
         let mut shared = Shared::new(opts, routes);
         shared.public = public;
+        shared.observe = observe;
         Ok(Engine {
             shared: Arc::new(shared),
             listeners: Mutex::new(listeners),
@@ -183,6 +185,11 @@ impl Engine {
     /// timeout's grace period.
     pub fn report_stuck_thread(&self) {
         Stats::bump(&self.shared.stats.stuck_threads);
+    }
+
+    /// The per-request metrics, the access log's dropped lines.
+    pub fn observer(&self) -> &crate::observe::Observer {
+        &self.shared.observe
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -466,6 +473,43 @@ async fn watch_queue(shared: Arc<Shared>) {
 
 /// A `fiber_paths` pattern the `regex` crate cannot take is a
 /// configuration mistake, reported before anything is served.
+/// Metrics, the access log (its file opened now, so a path that cannot be
+/// written fails the boot) and request ids, as the options ask.
+fn observer(opts: &EngineOptions) -> Result<crate::observe::Observer, BindError> {
+    use crate::observe::access_log::{AccessLog, Destination};
+    use crate::observe::log_format::Format;
+    let format = match opts.access_log.as_deref() {
+        Some(name) => Some(Format::parse(name).ok_or_else(|| BindError::Invalid {
+            uri: "access_log".to_string(),
+            reason: format!("must be common, combined or json, got {name:?}"),
+        })?),
+        None if opts.log_requests => Some(Format::Puma),
+        None => None,
+    };
+    let access_log = match format {
+        Some(format) => {
+            let destination = opts
+                .access_log_file
+                .clone()
+                .map_or(Destination::Stdout, Destination::File);
+            Some(
+                AccessLog::start(format, destination, opts.worker_index).map_err(|e| BindError::Invalid {
+                    uri: "access_log_file".to_string(),
+                    reason: e.to_string(),
+                })?,
+            )
+        }
+        None => None,
+    };
+    Ok(crate::observe::Observer {
+        metrics: Default::default(),
+        metrics_on: opts.metrics,
+        access_log,
+        request_ids: opts.request_id.then(Default::default),
+        add_request_start: opts.request_start_header,
+    })
+}
+
 fn config_error(e: PatternError) -> BindError {
     BindError::Invalid {
         uri: "fiber_paths".to_string(),

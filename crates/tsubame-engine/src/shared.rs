@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub fibers: Arc<FiberQueue>,
     pub routes: Option<FiberRoutes>,
     pub stats: Stats,
+    /// Metrics, the access log, request ids (`observe/`).
+    pub observe: crate::observe::Observer,
     pub(crate) stopping: AtomicBool,
     pub stop_notify: Notify,
     /// Signalled whenever a connection closes while stopping.
@@ -79,6 +81,7 @@ impl Shared {
             opts,
             limits,
             stats: Stats::default(),
+            observe: crate::observe::Observer::default(),
             stopping: AtomicBool::new(false),
             stop_notify: Notify::new(),
             conn_closed: Notify::new(),

@@ -5,6 +5,7 @@ mod errors;
 mod ffi;
 mod input;
 mod listeners;
+mod metrics;
 mod rack_env;
 mod raw_io;
 mod request;
@@ -52,6 +53,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("next_request", method!(server::Server::next_request, 0))?;
     server.define_method("wait", method!(server::Server::wait, 0))?;
     server.define_method("stats", method!(server::Server::stats, 0))?;
+    server.define_method("metrics", method!(metrics::metrics, 0))?;
+    server.define_method("reopen_access_log", method!(metrics::reopen_access_log, 0))?;
     server.define_method("next_timeout", method!(server::Server::next_timeout, 0))?;
     server.define_method("report_stuck_thread", method!(server::Server::report_stuck_thread, 0))?;
     server.define_method("trim_memory", method!(server::Server::trim_memory, 0))?;

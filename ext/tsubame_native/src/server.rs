@@ -44,6 +44,12 @@ const OPTION_KEYS: &[&str] = &[
     "body_timeout",
     "drain_timeout",
     "log_requests",
+    "metrics",
+    "access_log",
+    "access_log_file",
+    "request_id",
+    "request_start_header",
+    "worker_index",
     "tcp_nodelay",
     "request_timeout",
     "request_timeout_grace",
@@ -178,6 +184,12 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         body_timeout: r.seconds("body_timeout", d.body_timeout)?,
         drain_timeout: r.seconds("drain_timeout", d.drain_timeout)?,
         log_requests: r.get("log_requests")?.unwrap_or(d.log_requests),
+        metrics: r.get("metrics")?.unwrap_or(d.metrics),
+        access_log: r.get("access_log")?,
+        access_log_file: r.get::<RString>("access_log_file")?.map(os_path),
+        request_id: r.get("request_id")?.unwrap_or(d.request_id),
+        request_start_header: r.get("request_start_header")?.unwrap_or(d.request_start_header),
+        worker_index: r.get("worker_index")?,
         tcp_nodelay: r.get("tcp_nodelay")?.unwrap_or(d.tcp_nodelay),
         request_timeout: r.optional_seconds("request_timeout", d.request_timeout)?,
         request_timeout_grace: r.seconds("request_timeout_grace", d.request_timeout_grace)?,
@@ -411,6 +423,8 @@ impl Server {
     pub fn wait(ruby: &Ruby, rb_self: &Self) -> Result<Symbol, Error> {
         let engine = &rb_self.engine;
         let outcome = wait_interruptibly(ruby, |flag| engine.wait_stopped(flag), || engine.wake_waiters())?;
+        // The last requests' access lines, before the process exits.
+        engine.observer().flush(Duration::from_secs(2));
         Ok(ruby.to_symbol(match outcome {
             StopOutcome::Drained => "drained",
             StopOutcome::TimedOut { .. } => "timed_out",

@@ -17,7 +17,9 @@ require "tsubame/cluster/worker_handle"
 require "tsubame/cluster/worker_link"
 require "tsubame/cluster/fork_link"
 require "tsubame/cluster/reforking"
+require "tsubame/cluster/worker_events"
 require "tsubame/control/run_files"
+require "tsubame/control/process_sample"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/clock"
@@ -80,6 +82,7 @@ module Tsubame
       # killed (hung, stuck, not booting, not stopping), for the stats.
       @worker_deaths = 0
       @worker_kills = 0
+      @events = WorkerEvents.new
       @respawn_at = 0.0
       @phased_restart = false
       @all_booted = false
@@ -148,6 +151,7 @@ module Tsubame
         "fork_worker" => @options[:fork_worker],
         "master_memory" => ProcessInfo.memory(Process.pid),
         "workers_memory" => memory_total(statuses),
+        "worker_events" => @events.to_h,
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }
     end
@@ -161,6 +165,20 @@ module Tsubame
     def memory_total(statuses)
       known = statuses.filter_map { |status| status["memory"] }
       %w[rss_mb pss_mb uss_mb].to_h { |key| [key, known.sum { |m| m[key] }.round(1)] }
+    end
+
+    # For /metrics and the status page: the master's own sample, then one
+    # per worker index (during a phased restart, the newer of two).
+    def metric_samples
+      newest = {}
+      ask_workers("metrics", timeout: 2.0).each do |reply|
+        data = reply["data"]
+        next unless data.is_a?(Hash) && data["stats"]
+
+        known = newest[data["index"]]
+        newest[data["index"]] = data if known.nil? || data["started"].to_f > known["started"].to_f
+      end
+      [[ProcessSample.take(nil)] + newest.values.sort_by { |data| data["index"].to_i }, stats]
     end
 
     # Whether workers fork from an app loaded in the master (preload_app!,
@@ -220,6 +238,7 @@ module Tsubame
 
     def boot_master
       start_control
+      start_metrics_server
       RunFiles.write(@options, @control)
       @log.info("Use Ctrl-C to stop")
       LogRedirect.apply(@options)
@@ -234,6 +253,15 @@ module Tsubame
       require "tsubame/control/server"
       @control = ControlServer.new(@options[:control_url], @options[:control_token], ControlApp.new(self), @log)
       @control.start
+    end
+
+    # metrics_url: /metrics alone, no token (docs/OBSERVABILITY.md).
+    def start_metrics_server
+      return unless @options[:metrics_url]
+
+      require "tsubame/control/server"
+      @metrics_server = ControlServer.new(@options[:metrics_url], ControlToken::NONE, MetricsApp.new(self), @log,
+                                          name: "Metrics").start
     end
 
     # After a hot restart the previous master's workers are still our
@@ -371,6 +399,7 @@ module Tsubame
 
     def booted(worker)
       worker.booted!
+      @events.booted(worker.index, worker.pid)
       # Booted during a shutdown delay (a replacement): it leaves too.
       tell_lame_duck(worker) if @leave_at
       worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
@@ -460,6 +489,7 @@ module Tsubame
         @log.info("- #{worker.describe} stopped (#{worker.stop_reason}): #{how}")
       elsif worker.booted?
         @worker_deaths += 1
+        @events.died(worker.index, worker.pid, how)
         @log.error("! #{worker.describe} died: #{how}#{"; starting a replacement" unless @stopping}")
       else
         boot_failed(worker, how)
@@ -522,18 +552,18 @@ module Tsubame
         next if worker.adopted? || worker.killed?
 
         if worker.stopping?
-          kill(worker, "did not stop in time") if monotonic > worker.stop_deadline
+          kill(worker, "did not stop in time", "stop_timeout") if monotonic > worker.stop_deadline
         elsif !worker.booted?
-          kill(worker, "did not boot within #{boot_timeout}s") if worker.silent_for > boot_timeout
+          kill(worker, "did not boot within #{boot_timeout}s", "boot_timeout") if worker.silent_for > boot_timeout
         elsif worker.silent_for > @options[:worker_timeout]
           kill(worker, "has not checked in for #{worker.silent_for.round(1)}s " \
-                       "(worker_timeout #{@options[:worker_timeout]}); hung")
+                       "(worker_timeout #{@options[:worker_timeout]}); hung", "hung")
         else
           recycle_if_due(worker)
         end
       end
       @workers.each do |w|
-        kill(w, "did not stop in time") if w.adopted? && !w.killed? && w.stopping? && monotonic > w.stop_deadline
+        kill(w, "did not stop in time", "stop_timeout") if w.adopted? && !w.killed? && w.stopping? && monotonic > w.stop_deadline
       end
     end
 
@@ -543,16 +573,17 @@ module Tsubame
 
     def kill_late_stoppers
       @workers.each do |worker|
-        kill(worker, "did not stop in time") if worker.stopping? && !worker.killed? && monotonic > worker.stop_deadline
+        kill(worker, "did not stop in time", "stop_timeout") if worker.stopping? && !worker.killed? && monotonic > worker.stop_deadline
       end
     end
 
-    def kill(worker, why)
+    def kill(worker, why, reason)
       # Never forked by worker 0: nothing to kill; closing its link makes
       # it a failed boot (#reap_others).
       return worker.link&.close if worker.pid.nil?
 
       @worker_kills += 1
+      @events.killed(worker.index, worker.pid, reason)
       @log.error("! #{worker.describe} #{why}; killing it")
       signal(worker, "KILL")
       worker.killed!
@@ -565,19 +596,19 @@ module Tsubame
     def recycle_if_due(worker)
       return if worker.replacement || replacing?
 
-      reason = recycle_reason(worker)
-      replace(worker, reason) if reason
+      reason, key = recycle_reason(worker)
+      replace(worker, reason, key) if reason
     end
 
     def recycle_reason(worker)
       max_requests = @options[:worker_max_requests]
       max_memory = @options[:worker_max_memory]
       if worker.stuck_threads.positive?
-        "has #{worker.stuck_threads} thread(s) stuck past request_timeout_grace"
+        ["has #{worker.stuck_threads} thread(s) stuck past request_timeout_grace", "stuck_threads"]
       elsif max_requests && worker.requests_count >= max_requests
-        "served #{worker.requests_count} requests (worker_max_requests #{max_requests})"
+        ["served #{worker.requests_count} requests (worker_max_requests #{max_requests})", "max_requests"]
       elsif max_memory && worker.rss_mb && worker.rss_mb > max_memory
-        "uses #{worker.rss_mb} MB (worker_max_memory #{max_memory})"
+        ["uses #{worker.rss_mb} MB (worker_max_memory #{max_memory})", "max_memory"]
       end
     end
 
@@ -590,8 +621,9 @@ module Tsubame
 
     # The replacement starts first; the old worker is stopped, and drains,
     # only once the new one has booted (see #booted).
-    def replace(old, reason)
+    def replace(old, reason, key)
       @log.info("- #{old.describe} #{reason}; starting its replacement")
+      @events.replaced(old.index, old.pid, key)
       new_worker = spawn(old.index) or return
       new_worker.replaces = old
       old.replacement = new_worker
@@ -617,7 +649,7 @@ module Tsubame
 
       old = @workers.find { |w| w.active? && w.booted? && w.phase < @phase }
       if old
-        replace(old, "is from phase #{old.phase}")
+        replace(old, "is from phase #{old.phase}", "phased_restart")
       elsif @workers.none? { |w| w.active? && w.phase < @phase }
         finish_phased_restart
       end
@@ -789,6 +821,7 @@ module Tsubame
         w.fork_link&.close
       end
       @control&.close_in_child
+      @metrics_server&.close_in_child
       @restart_file = nil
       tag = @options[:tag] ? " [#{@options[:tag]}]" : ""
       Process.setproctitle("tsubame: cluster worker #{index}: #{@master_pid}#{tag}")
@@ -863,13 +896,14 @@ module Tsubame
     # With TLS binds the workers also reload their certificates on HUP.
     def hangup
       tls = @options[:binds].any? { |uri| BindURI.tls?(uri) }
-      return begin_stop(:graceful) unless LogRedirect.configured?(@options) || tls
+      return begin_stop(:graceful) unless LogRedirect.configured?(@options) || tls || @options[:access_log_file]
 
       reopen_logs
     end
 
     def reopen_logs
       LogRedirect.reopen(@options) if LogRedirect.configured?(@options)
+      # The workers reopen their access logs on the HUP below.
       @workers.each { |w| signal(w, "HUP") }
       @log.info("- Log files reopened") if LogRedirect.configured?(@options)
     end
@@ -881,6 +915,7 @@ module Tsubame
       @workers.each { |w| signal(w, "TERM") }
       @listeners&.close
       @control&.stop
+      @metrics_server&.stop
       RunFiles.remove(@options)
     end
 

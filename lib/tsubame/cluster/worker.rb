@@ -6,6 +6,7 @@ require "tsubame/config/boot_checks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
 require "tsubame/cluster/mold"
+require "tsubame/control/process_sample"
 
 module Tsubame
   # One cluster worker, running in the child the master forked: loads the
@@ -60,6 +61,7 @@ module Tsubame
       BootChecks.restore_output(@options)
       Hooks.run(@options[:on_worker_boot], @index, data: @hook_data)
       @app ||= AppLoader.load_app(@options)
+      @started_wall = Time.now.to_f
       start_server
       @link.send("type" => "boot", "pid" => Process.pid, "index" => @index,
                  "boot_seconds" => (monotonic - started).round(3))
@@ -88,7 +90,8 @@ module Tsubame
 
     def start_server
       @server = Server.new(@app, @options, listeners: @listeners,
-                                           busy_accept_delay: @options[:wait_for_less_busy_worker])
+                                           busy_accept_delay: @options[:wait_for_less_busy_worker],
+                                           worker_index: @index)
       @server.start
       @server.upgrades.relay = ->(publish) { @link.send(publish) }
     end
@@ -131,6 +134,7 @@ module Tsubame
     def hangup
       LogRedirect.reopen(@options)
       server = @server
+      server&.reopen_access_log
       Thread.new { server.reload_tls($stdout) } if server&.tls?
     end
 
@@ -212,6 +216,7 @@ module Tsubame
           GC.start
           { "pid" => Process.pid, "gc" => "done" }
         when "backtraces" then backtraces
+        when "metrics" then ProcessSample.take(@server, index: @index).merge("started" => @started_wall)
         when "lame_duck"
           # The cluster is stopping with shutdown_delay: the master sends
           # TERM once the delay is over.

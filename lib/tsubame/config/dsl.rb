@@ -666,6 +666,31 @@ module Tsubame
       set(:state_path, path)
     end
 
+    # --- observability (docs/OBSERVABILITY.md) ---------------------------
+
+    # access_log :json, "log/access.log" (no path: stdout); :off for none.
+    def access_log(format, path = nil)
+      set(:access_log, format)
+      set(:access_log_file, path)
+    end
+
+    def metrics(which = true)
+      set(:metrics, which)
+    end
+
+    # /metrics alone, without a token, on a bind of its own.
+    def metrics_url(url)
+      set(:metrics_url, url)
+    end
+
+    def request_id(which = true)
+      set(:request_id, which)
+    end
+
+    def request_start_header(which = true)
+      set(:request_start_header, which)
+    end
+
     def stdout_redirect(stdout = nil, stderr = nil, append = false)
       set(:redirect_stdout, stdout)
       set(:redirect_stderr, stderr)

@@ -98,6 +98,15 @@ module Tsubame
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
       tls_self_signed: false,
+      # Observability (docs/OBSERVABILITY.md): engine-kept metrics for
+      # /metrics (and, optionally, a bind of their own), the access log,
+      # X-Request-Id and X-Request-Start.
+      metrics: true,
+      metrics_url: nil,
+      access_log: nil,
+      access_log_file: nil,
+      request_id: false,
+      request_start_header: false,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -187,6 +196,7 @@ module Tsubame
       public_dir public_index public_immutable compress compress_min_size compress_types
       websocket_max_frame websocket_max_message websocket_max_rate websocket_deflate upgrade_max_pending upgrade_ping_interval
       max_keep_alive supported_http_methods allow_underscore_headers
+      metrics access_log access_log_file request_id request_start_header
     ].freeze
 
     KINDS = {
@@ -254,6 +264,12 @@ module Tsubame
       upgrade_max_pending: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
+      metrics: :boolean,
+      metrics_url: :optional_control_url,
+      access_log: :access_log_format,
+      access_log_file: :optional_string,
+      request_id: :boolean,
+      request_start_header: :boolean,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
@@ -487,6 +503,7 @@ module Tsubame
       when :proxy_protocol then proxy_protocol(key, value)
       when :header_name then value.nil? ? nil : header_name(key, value)
       when :cidrs then cidrs(key, value)
+      when :access_log_format then access_log_format(key, value)
       else coerce_puma8(key, value)
       end
     end
@@ -557,6 +574,16 @@ module Tsubame
       when :culling_strategy then culling_strategy(key, value)
       when :shutdown_debug then [true, false, :on_force].include?(value) ? value : boolean(key, value)
       end
+    end
+
+    ACCESS_LOG_FORMATS = %w[common combined json].freeze
+
+    # nil, false or off (a Symbol in a config file, a String from a flag): none.
+    def access_log_format(key, value)
+      return nil if [nil, false, "off", :off].include?(value)
+      return value.to_s.freeze if ACCESS_LOG_FORMATS.include?(value.to_s)
+
+      raise ConfigError, "#{key} must be one of #{ACCESS_LOG_FORMATS.join(", ")} (got #{value.inspect})"
     end
 
     # nil, false or "off": none; v1/v2 (Symbol or String, "1"/"2" too).

@@ -1,5 +1,9 @@
 # frozen_string_literal: true
 
+require "tsubame/control/metrics"
+require "tsubame/control/status_feed"
+require "tsubame/control/status_page"
+
 module Tsubame
   # The control app's endpoints (Puma's names), over a target: the cluster
   # master (Tsubame::Cluster) or, in single mode, the Launcher. Both answer
@@ -8,7 +12,14 @@ module Tsubame
   # Actions are queued for the target's own thread (the master's loop, or
   # the server's stop) and answered at once; the answer says what was
   # started, not that it finished.
+  #
+  # Most answers are JSON (a Hash or Array body); /metrics and the status
+  # page's files are a Raw body, its event stream an EventStream
+  # (docs/OBSERVABILITY.md).
   class ControlApp
+    Raw = Struct.new(:content_type, :text, :headers)
+    EventStream = Struct.new(:feed)
+
     ACTIONS = {
       "stop" => [:stop, "stopping"],
       "halt" => [:halt, "halting"],
@@ -24,17 +35,18 @@ module Tsubame
 
     def initialize(target)
       @target = target
+      @feed = StatusFeed.new(-> { target.metric_samples })
     end
 
-    # Returns [status, body Hash or Array].
-    def call(action, _params = {})
+    # Returns [status, body Hash or Array, Raw or EventStream].
+    def call(action, params = {})
       if (command, message = ACTIONS[action])
         @target.command(command)
         [200, { "message" => message }]
       elsif (command, message = CLUSTER_ACTIONS[action])
         cluster_action(command, message)
       else
-        query(action)
+        query(action, params)
       end
     end
 
@@ -51,12 +63,29 @@ module Tsubame
       [200, { "message" => message }]
     end
 
-    def query(action)
+    def query(action, params)
       case action
       when "stats" then [200, @target.stats]
       when "gc" then [200, gc]
       when "gc-stats" then [200, GC.stat]
       when "thread-backtraces" then [200, backtraces]
+      when "metrics" then [200, metrics]
+      when "status/events" then [200, EventStream.new(@feed)]
+      else status_page(action, params)
+      end
+    end
+
+    def metrics
+      samples, cluster = @target.metric_samples
+      Raw.new(PrometheusText::CONTENT_TYPE, Metrics.render(samples, cluster: cluster), {})
+    end
+
+    def status_page(action, params)
+      case action
+      when "status.json" then [200, @feed.latest || {}]
+      when ->(name) { StatusPage.file?(name) }
+        type, text = StatusPage.file(action, params["token"])
+        [200, Raw.new(type, text, { "content-security-policy" => StatusPage::CSP, "cache-control" => "no-store" })]
       else [404, { "error" => "unknown action #{action.inspect}" }]
       end
     end
@@ -79,6 +108,22 @@ module Tsubame
       own + @target.ask_workers("backtraces").flat_map do |reply|
         Array(reply["data"]).map { |thread| { "pid" => reply["pid"], "process" => "worker" }.merge(thread) }
       end
+    end
+  end
+end
+
+module Tsubame
+  # The app behind metrics_url: /metrics alone, so a scraper needs no
+  # token and learns nothing else.
+  class MetricsApp
+    def initialize(target)
+      @control = ControlApp.new(target)
+    end
+
+    def call(action, _params = {})
+      return @control.call("metrics") if action == "metrics"
+
+      [404, { "error" => "only /metrics is served here" }]
     end
   end
 end

@@ -17,6 +17,7 @@ module Tsubame
   class ControlCLI
     COMMANDS = %w[
       stats restart phased-restart refork stop halt gc gc-stats thread-backtraces worker-count-up worker-count-down
+      metrics
     ].freeze
 
     TIMEOUT = 10
@@ -126,6 +127,8 @@ module Tsubame
       head, body = text.to_s.split("\r\n\r\n", 2)
       status = head.to_s[%r{\AHTTP/1\.\d (\d{3})}, 1]
       raise Error, "not a control app answer from #{@url}" unless status
+      # /metrics is Prometheus text, not JSON.
+      return [status.to_i, body.to_s] if head.match?(%r{^content-type:\s*text/plain}i)
 
       [status.to_i, JSON.parse(body.to_s)]
     rescue JSON::ParserError
@@ -138,6 +141,7 @@ module Tsubame
         @stderr.puts "tsubame ctl: #{command}: #{message} (HTTP #{status})"
         return 1
       end
+      return @stdout.write(body) && 0 if command == "metrics"
       return print_json(body) if @json
 
       case command

@@ -19,27 +19,34 @@ module Tsubame
   class ControlServer
     READ_TIMEOUT = 5.0
     MAX_HEAD = 8192
+    # Status pages open at once (each holds an event stream and a thread);
+    # more are answered 503.
+    MAX_STREAMS = 8
 
     attr_reader :url, :token
 
-    def initialize(url, configured_token, app, log)
+    # name: how the log line calls it ("Control app", "Metrics").
+    def initialize(url, configured_token, app, log, name: "Control app")
       @url = url
       @token = ControlToken.resolve(configured_token)
       @generated = configured_token.nil?
       @app = app
       @log = log
+      @name = name
       @socket = nil
       @thread = nil
+      @streams = []
+      @streams_lock = Mutex.new
     end
 
     def start
       @socket = open_socket
       socket = @socket
       @thread = NamedThread.start("tsubame-control") { accept_loop(socket) }
-      @log.info("* Control app on #{@url}#{@token ? "" : " (no token required)"}")
+      @log.info("* #{@name} on #{@url}#{@token ? "" : " (no token required)"}")
       # A token nobody knows would make the app useless; it is also in the
       # state file when there is one.
-      @log.info("* Control app token (generated): #{@token}") if @generated
+      @log.info("* #{@name} token (generated): #{@token}") if @generated
       self
     end
 
@@ -50,6 +57,11 @@ module Tsubame
 
       socket.close unless socket.closed?
       @thread&.join(1)
+      streams = @streams_lock.synchronize { @streams.dup }
+      streams.each do |thread, client|
+        finish(client)
+        thread.join(0.5)
+      end
       unix_path&.then { |path| File.delete(path) if File.socket?(path) }
     rescue SystemCallError, IOError
       nil
@@ -59,7 +71,8 @@ module Tsubame
     # being answered if the fork came in the middle of it; it must keep
     # neither open.
     def close_in_child
-      [@socket, @client].each { |io| io.close if io && !io.closed? }
+      streams = @streams_lock.synchronize { @streams.map(&:last) }
+      [@socket, @client, *streams].each { |io| io.close if io && !io.closed? }
     end
 
     private
@@ -103,12 +116,52 @@ module Tsubame
     end
 
     def serve(client)
-      path, params = read_request(client)
-      status, body = path ? respond(path, params) : [400, { "error" => "bad request" }]
-      write_response(client, status, body)
+      handed_off = false
+      path, params, bearer = read_request(client)
+      status, body = path ? respond(path, params, bearer) : [400, { "error" => "bad request" }]
+      if body.is_a?(ControlApp::EventStream)
+        handed_off = stream(client, body.feed)
+      else
+        write_response(client, status, body)
+      end
     rescue StandardError => e
       write_response(client, 500, { "error" => "#{e.class}: #{e.message}" })
     ensure
+      finish(client) unless handed_off
+    end
+
+    # The status page's server-sent events, on a thread of their own so
+    # the accept loop goes on. Returns false when too many are open (the
+    # client got a 503).
+    def stream(client, feed)
+      @streams_lock.synchronize do
+        if @streams.size >= MAX_STREAMS
+          write_response(client, 503, { "error" => "too many status pages open (#{MAX_STREAMS})" })
+          return false
+        end
+
+        thread = NamedThread.start("tsubame-control-events") { send_events(client, feed) }
+        @streams << [thread, client]
+      end
+      true
+    end
+
+    def send_events(client, feed)
+      client.write("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-store\r\n" \
+                   "connection: close\r\n\r\n")
+      seen = nil
+      while @socket
+        snapshot = feed.next_after(seen, 2.0)
+        next if snapshot.nil? || snapshot.equal?(seen)
+
+        seen = snapshot
+        client.write("data: #{JSON.generate(snapshot)}\n\n")
+      end
+    rescue IOError, SystemCallError
+      # The page was closed.
+      nil
+    ensure
+      @streams_lock.synchronize { @streams.reject! { |_, io| io.equal?(client) } }
       finish(client)
     end
 
@@ -122,8 +175,8 @@ module Tsubame
       client.close unless client.closed?
     end
 
-    def respond(path, params)
-      return [403, { "error" => "invalid token" }] unless authorized?(params["token"])
+    def respond(path, params, bearer)
+      return [403, { "error" => "invalid token" }] unless authorized?(params["token"] || bearer)
 
       @app.call(path.delete_prefix("/"), params)
     end
@@ -136,7 +189,9 @@ module Tsubame
       given.bytes.zip(@token.bytes).map { |a, b| a ^ b }.reduce(0, :|).zero?
     end
 
-    # Returns [path, params], or nil for a request that is not one.
+    # Returns [path, params, bearer token], or nil for a request that is
+    # not one. A scraper may send the token as `Authorization: Bearer`
+    # (Prometheus' `authorization` setting) instead of in the query.
     def read_request(client)
       head = +""
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + READ_TIMEOUT
@@ -153,21 +208,28 @@ module Tsubame
       return nil unless target&.start_with?("/")
 
       path, query = target.split("?", 2)
-      [path, URI.decode_www_form(query.to_s).to_h]
+      bearer = head[/^authorization:[ \t]*bearer[ \t]+(\S+)[ \t]*\r?$/i, 1]
+      [path, URI.decode_www_form(query.to_s).to_h, bearer]
     rescue ArgumentError
       nil
     end
 
     def write_response(client, status, body)
-      json = JSON.generate(body)
+      type, text, headers =
+        if body.is_a?(ControlApp::Raw)
+          [body.content_type, body.text, body.headers || {}]
+        else
+          ["application/json", JSON.generate(body), {}]
+        end
+      extra = headers.map { |name, value| "#{name}: #{value}\r\n" }.join
       client.write("HTTP/1.1 #{status} #{REASONS.fetch(status, "OK")}\r\n" \
-                   "content-type: application/json\r\ncontent-length: #{json.bytesize}\r\n" \
-                   "connection: close\r\n\r\n#{json}")
+                   "content-type: #{type}\r\ncontent-length: #{text.bytesize}\r\n#{extra}" \
+                   "connection: close\r\n\r\n#{text}")
     rescue IOError, SystemCallError
       nil
     end
 
     REASONS = { 200 => "OK", 400 => "Bad Request", 403 => "Forbidden", 404 => "Not Found",
-                409 => "Conflict", 500 => "Internal Server Error" }.freeze
+                409 => "Conflict", 500 => "Internal Server Error", 503 => "Service Unavailable" }.freeze
   end
 end

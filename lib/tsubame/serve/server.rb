@@ -56,11 +56,13 @@ module Tsubame
     # busy_accept_delay: for cluster workers sharing those sockets, how long
     # to hold back from a new connection while no thread is idle, so an
     # idle worker takes it first.
-    def initialize(app, options, listeners: nil, busy_accept_delay: nil)
+    # worker_index: a cluster worker's index, for the access log.
+    def initialize(app, options, listeners: nil, busy_accept_delay: nil, worker_index: nil)
       @app = app
       if (logger = options[:custom_logger]) && options[:log_requests] && !options[:quiet]
         @app = CustomLogger::RequestLog.new(app, logger)
       end
+      @worker_index = worker_index
       @options = options
       @listeners = listeners
       @busy_accept_delay = busy_accept_delay
@@ -83,6 +85,7 @@ module Tsubame
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
+        native[:worker_index] = @worker_index if @worker_index
         @fiber_mode = native[:fiber_scheduler]
         Native.rack3 = RACK3
         Native::Server.new(native)
@@ -201,6 +204,16 @@ module Tsubame
     # also worker 0's before it forks); true if glibc returned any.
     def trim_memory
       @native.trim_memory
+    end
+
+    # The engine's per-request counters and histograms (docs/OBSERVABILITY.md).
+    def metrics
+      @native.metrics
+    end
+
+    # HUP: the access log file is opened again by name (log rotation).
+    def reopen_access_log
+      @native&.reopen_access_log
     end
 
     # HUP with TLS binds: new handshakes get the certificate and key now on

@@ -39,6 +39,16 @@ module Tsubame
       nil
     end
 
+    # Resident set size in bytes, or nil (as rss_mb).
+    def rss_bytes(pid)
+      File.foreach("/proc/#{pid}/status") do |line|
+        return line[/\d+/].to_i * 1024 if line.start_with?("VmRSS:")
+      end
+      nil
+    rescue SystemCallError
+      nil
+    end
+
     def mib(kilobytes)
       (kilobytes / 1024.0).round(1)
     end

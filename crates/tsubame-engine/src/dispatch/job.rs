@@ -57,6 +57,10 @@ pub struct JobState {
     /// Milliseconds after `received_at` when the request times out; 0 is
     /// none. The app may move it (`env["tsubame.request"].deadline = s`).
     deadline_ms: std::sync::atomic::AtomicU64,
+    /// When a thread took the job, for the metrics and the access log:
+    /// microseconds after `received_at` (high 32 bits) and microseconds it
+    /// waited in the queue (low 32 bits), one store; 0 until taken.
+    taken: std::sync::atomic::AtomicU64,
 }
 
 impl JobState {
@@ -81,6 +85,30 @@ impl JobState {
     /// the job was not running.
     pub fn time_out(&self) -> bool {
         self.swap_phase(RUNNING, TIMED_OUT)
+    }
+
+    /// Recorded by the queue as a thread takes the job (`take_live`).
+    pub fn mark_taken(&self, since_received: std::time::Duration, waited: std::time::Duration) {
+        let micros = |d: std::time::Duration| {
+            u64::try_from(d.as_micros())
+                .unwrap_or(u64::MAX)
+                .min(u64::from(u32::MAX))
+        };
+        // Never 0 once taken: a job taken at once still reads as taken.
+        let packed = (micros(since_received).max(1) << 32) | micros(waited);
+        self.taken.store(packed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// (time from `received_at` to being taken, time waited in the queue),
+    /// or `None` if no thread took the job.
+    pub fn taken(&self) -> Option<(std::time::Duration, std::time::Duration)> {
+        match self.taken.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            packed => Some((
+                std::time::Duration::from_micros(packed >> 32),
+                std::time::Duration::from_micros(packed & u64::from(u32::MAX)),
+            )),
+        }
     }
 
     pub fn is_timed_out(&self) -> bool {

@@ -42,7 +42,13 @@ impl Backlog {
             if job.state.take() {
                 self.running += 1;
                 self.taken += 1;
-                wait_times.record(job.queued_at.elapsed());
+                // One clock read for the wait histogram and the job's
+                // own record (metrics, access log).
+                let now = std::time::Instant::now();
+                let waited = now.saturating_duration_since(job.queued_at);
+                wait_times.record(waited);
+                job.state
+                    .mark_taken(now.saturating_duration_since(job.received_at), waited);
                 return Some(job);
             }
         }

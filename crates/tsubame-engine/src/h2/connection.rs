@@ -21,7 +21,7 @@ use crate::dispatch::stream_channel::StreamReceiver;
 use crate::error::HttpError;
 use crate::h2::io::{HeldWrites, Passes};
 use crate::health;
-use crate::log::{self, AccessEntry};
+use crate::log;
 use crate::message::body::{Body, BodySink};
 use crate::message::head::{Framing, RequestHead, Version};
 use crate::message::response::StreamFraming;
@@ -29,6 +29,7 @@ use crate::message::response::{error_response, unavailable_response};
 use crate::net::client_io::ClientIo;
 use crate::net::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::net::rewind::Rewind;
+use crate::observe::Finished;
 use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
@@ -163,10 +164,14 @@ async fn serve_stream(
         return;
     }
     Stats::bump(&shared.stats.requests_total);
+    let tags = shared.observe.prepare(&mut head);
+    let request_body_bytes = body.len();
     let (method, target) = (head.method.clone(), head.target.clone());
     let wants_json = accepts_json(&head);
     let accept_encoding = accept_encoding(shared.compression.as_ref(), &head);
     let public = shared.public.as_ref().and_then(|p| p.answer(&head, true));
+    let mut job_state = None;
+    let mut replied_at = None;
     let reply = if let Some(reply) = public {
         reply
     } else {
@@ -182,6 +187,9 @@ async fn serve_stream(
             }
             answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
         }
+        // A shed has no app time: the engine answered instead.
+        replied_at = (shared.observe.is_on() && matches!(answer, Answer::Reply(_))).then(Instant::now);
+        job_state = Some(state);
         let reply = match answer {
             Answer::Reply(reply) => reply,
             Answer::Shed(reason) => {
@@ -208,18 +216,21 @@ async fn serve_stream(
     };
     let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
     let status = reply_status(&reply);
+    let reply = shared.observe.tag_reply(reply, &tags);
     let body_bytes = write_reply(&mut respond, reply, encoder, &shared).await;
-    if shared.opts.log_requests {
-        log::access(&AccessEntry {
-            peer: &conn.peer_addr,
-            method: &method,
-            target: &target,
-            version: Version::Http2.as_str(),
-            status,
-            body_bytes: body_bytes.unwrap_or(0),
-            elapsed: received_at.elapsed(),
-        });
-    }
+    shared.observe.finish(&Finished {
+        peer: &conn.peer_addr,
+        method: &method,
+        target: &target,
+        version: Version::Http2,
+        status,
+        request_body_bytes,
+        response_body_bytes: body_bytes.unwrap_or(0),
+        received_at,
+        replied_at,
+        state: job_state.as_deref(),
+        tags: &tags,
+    });
     if body_bytes.is_none() {
         Stats::bump(&shared.stats.client_disconnects);
     }

@@ -11,13 +11,14 @@ use crate::health;
 use crate::http1::chunked::{ChunkedDecoder, Decoded};
 use crate::http1::parse::parse_head;
 use crate::http1::stream_frames;
-use crate::log::{self, AccessEntry};
+use crate::log;
 use crate::message::body::{Body, BodySink};
 use crate::message::head::{Framing, RequestHead};
 use crate::message::response::StreamFraming;
 use crate::message::response::{error_response, unavailable_response};
 use crate::net::client_io::{send, send_parts, ClientIo, READ_CHUNK};
 use crate::net::linger::linger;
+use crate::observe::Finished;
 use crate::shared::Shared;
 use crate::stats::Stats;
 use crate::submit::{accepts_json, await_reply, reply_status, shed, submit, Answer, Submitted};
@@ -69,7 +70,7 @@ enum Written {
 pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>, mut buf: BytesMut) {
     let mut served: u64 = 0;
     loop {
-        let head = match read_head(&mut io, &mut buf, &shared, served).await {
+        let mut head = match read_head(&mut io, &mut buf, &shared, served).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(ReadError::Io) => {
@@ -127,6 +128,8 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             continue;
         }
         Stats::bump(&shared.stats.requests_total);
+        let tags = shared.observe.prepare(&mut head);
+        let request_body_bytes = body.len();
         // Kept (two reference counts, no copy) for the access log and for
         // the log line of a refused request; formatted only when written.
         let (method, target) = (head.method.clone(), head.target.clone());
@@ -140,6 +143,8 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         // upgrade (`rack.upgrade`) once the head has gone to Ruby.
         let websocket = crate::ws::handshake::is_upgrade_request(&head).then(|| crate::ws::handshake::check(&head));
         let public = shared.public.as_ref().and_then(|p| p.answer(&head, keep_alive));
+        let mut job_state = None;
+        let mut replied_at = None;
         let reply = if let Some(reply) = public {
             reply
         } else {
@@ -168,6 +173,9 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                 }
                 answer = await_reply(next, Pushed::Done, &state, seq, received_at, &shared).await;
             }
+            // A shed has no app time: the engine answered instead.
+            replied_at = (shared.observe.is_on() && matches!(answer, Answer::Reply(_))).then(Instant::now);
+            job_state = Some(state);
             let reply = match answer {
                 Answer::Reply(reply) => reply,
                 Answer::Shed(reason) => {
@@ -194,7 +202,23 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
+        // A request whose connection leaves the HTTP loop (upgrade, hijack)
+        // is counted when it leaves: 101 (200 for SSE), no body.
+        let handed_over = |status| Finished {
+            peer: &conn.peer_addr,
+            method: &method,
+            target: &target,
+            version,
+            status,
+            request_body_bytes,
+            response_body_bytes: 0,
+            received_at,
+            replied_at,
+            state: job_state.as_deref(),
+            tags: &tags,
+        };
         if let Reply::Upgrade { kind, id } = reply {
+            shared.observe.finish(&handed_over(reply_status(&reply)));
             // These share the request's read buffer (16 KiB); held across
             // the session's await they would keep it for the life of an
             // idle WebSocket.
@@ -210,24 +234,28 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             reply
         };
         let status = reply_status(&reply);
+        let reply = shared.observe.tag_reply(reply, &tags);
         let (written, body_bytes) = match reply {
             Reply::Hijack { socket } => {
+                shared.observe.finish(&handed_over(status));
                 let _ = socket.send(io.into_owned_fd());
                 return;
             }
             other => write_reply(&mut io, other, encoder, &shared).await,
         };
-        if shared.opts.log_requests {
-            log::access(&AccessEntry {
-                peer: &conn.peer_addr,
-                method: &method,
-                target: &target,
-                version: version.as_str(),
-                status,
-                body_bytes,
-                elapsed: received_at.elapsed(),
-            });
-        }
+        shared.observe.finish(&Finished {
+            peer: &conn.peer_addr,
+            method: &method,
+            target: &target,
+            version,
+            status,
+            request_body_bytes,
+            response_body_bytes: body_bytes,
+            received_at,
+            replied_at,
+            state: job_state.as_deref(),
+            tags: &tags,
+        });
         match written {
             Written::KeepAlive(true) if !shared.is_leaving() => continue,
             Written::KeepAlive(_) => {
