@@ -89,6 +89,9 @@ module Tsubame
       print_header
       preload
       @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      # Before any fork: workers inherit one session-ticket secret, so a
+      # client resumes its TLS session on whichever worker it reaches.
+      Native.seed_tls_tickets
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe

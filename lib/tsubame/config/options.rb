@@ -97,6 +97,7 @@ module Tsubame
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
       tls_self_signed: false,
+      tls_ticket_rotation: 3600.0,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -138,7 +139,7 @@ module Tsubame
       queue_timeout max_queue max_connections max_spooled_uploads upload_memory retry_after
       health_check_path readiness_check_path readiness_queue_threshold
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
-      http2 h2c h2_max_concurrent_streams h2_initial_window_size
+      http2 tls_ticket_rotation h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
@@ -209,6 +210,7 @@ module Tsubame
       upgrade_max_pending: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
+      tls_ticket_rotation: :seconds,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,
