@@ -96,7 +96,7 @@ module Tsubame
 
     # A TLS connection with Ruby's OpenSSL; the block gets the socket.
     # hostname: the SNI name (nil sends none).
-    def tls_connect(port, hostname: "localhost", ca: nil, version: nil, ciphers: nil, ciphersuites: nil)
+    def tls_connect(port, hostname: "localhost", ca: nil, version: nil, ciphers: nil)
       context = OpenSSL::SSL::SSLContext.new
       if ca
         context.ca_file = ca
@@ -106,7 +106,6 @@ module Tsubame
       end
       context.min_version = context.max_version = version if version
       context.ciphers = ciphers if ciphers
-      context.ciphersuites = ciphersuites if ciphersuites
       ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), context)
       ssl.hostname = hostname if hostname
       ssl.sync_close = true
