@@ -142,13 +142,14 @@ class TlsPumaOptionsTest < Minitest::Test
     end
   end
 
-  def test_an_empty_intersection_stops_the_boot_naming_the_directive
+  def test_bad_tls_options_stop_the_boot_naming_the_directive
     in_tmpdir do |dir|
       rackup = write_file(dir, "config.ru", APP)
       {
         "ssl_cipher_filter=DHE-RSA-AES256-SHA:AES128-SHA" => /ssl_cipher_filter "DHE-RSA-AES256-SHA:AES128-SHA" selects no TLS 1.2 suite/,
         "ssl_ciphersuites=TLS_AES_128_CCM_SHA256" => /ssl_ciphersuites "TLS_AES_128_CCM_SHA256" names no TLS 1.3 suite/,
-        "verification_flags=CRL_CHECK" => /verification_flags: 'CRL_CHECK' is not supported/,
+        "verification_flags=NO_CHECK_TIME" => /verification_flags: 'NO_CHECK_TIME' is not supported/,
+        "verification_flags=CRL_CHECK&verify_mode=peer&ca=#{certs.path("ca.pem")}" => /need CRLs \(PEM X509 CRL blocks\) in ca=/,
         "reuse=lots" => /reuse must be/
       }.each do |query, message|
         _out, err, status = run_tsubame("-b", "#{ssl_bind}&#{query}", rackup)

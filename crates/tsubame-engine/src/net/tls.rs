@@ -37,6 +37,17 @@ impl VerifyMode {
     }
 }
 
+/// Puma's `verification_flags` `CRL_CHECK` / `CRL_CHECK_ALL`: client
+/// certificates checked against the CRLs in the `ca` file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrlCheck {
+    Off,
+    /// `CRL_CHECK`: the client's own certificate.
+    Leaf,
+    /// `CRL_CHECK_ALL`: every certificate of its chain.
+    Chain,
+}
+
 /// What one TLS bind was configured with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsSettings {
@@ -47,6 +58,7 @@ pub struct TlsSettings {
     pub sni_dir: Option<PathBuf>,
     pub ca: Option<PathBuf>,
     pub verify_mode: VerifyMode,
+    pub crl_check: CrlCheck,
     /// Offer `h2` by ALPN (before `http/1.1`).
     pub http2: bool,
     /// Puma's `ssl_cipher_filter` (OpenSSL cipher string, TLS 1.2).
@@ -79,6 +91,7 @@ impl TlsSettings {
             sni_dir: None,
             ca: None,
             verify_mode: VerifyMode::None,
+            crl_check: CrlCheck::Off,
             http2: true,
             cipher_filter: None,
             ciphersuites: None,
@@ -144,7 +157,13 @@ impl TlsSettings {
                             .add(cert)
                             .map_err(|e| TlsError(format!("unusable CA certificate {}: {e}", ca.display())))?;
                     }
-                    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                    let mut verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+                    if self.crl_check != CrlCheck::Off {
+                        verifier = verifier.with_crls(load_crls(ca)?);
+                        if self.crl_check == CrlCheck::Leaf {
+                            verifier = verifier.only_check_end_entity_revocation();
+                        }
+                    }
                     let verifier = if mode == VerifyMode::Peer {
                         verifier.allow_unauthenticated()
                     } else {
@@ -179,6 +198,22 @@ impl TlsSettings {
             warning: choice.warning(),
         })
     }
+}
+
+/// The CRLs (PEM `X509 CRL` blocks) in the `ca` file, as OpenSSL reads
+/// them from its CA store when asked to check revocation.
+fn load_crls(ca: &std::path::Path) -> Result<Vec<rustls::pki_types::CertificateRevocationListDer<'static>>, TlsError> {
+    let text = std::fs::read(ca).map_err(|e| TlsError(format!("cannot read CA certificate {}: {e}", ca.display())))?;
+    let crls = rustls_pemfile::crls(&mut std::io::BufReader::new(text.as_slice()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError(format!("cannot parse the CRLs in {}: {e}", ca.display())))?;
+    if crls.is_empty() {
+        return Err(TlsError(format!(
+            "verification_flags CRL_CHECK/CRL_CHECK_ALL need CRLs (PEM X509 CRL blocks) in ca={}",
+            ca.display()
+        )));
+    }
+    Ok(crls)
 }
 
 /// The live configuration of one TLS listener.

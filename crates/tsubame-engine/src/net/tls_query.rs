@@ -8,7 +8,9 @@
 //! and so on. `ssl_bind` repeated with `sni:` for one address is merged
 //! into this form before binding (lib/tsubame/config/bind_uri.rb).
 
-use crate::net::tls::{TlsSettings, VerifyMode, DEFAULT_SESSION_CACHE, DEFAULT_TICKET_ROTATION, PUMA_REUSE_DEFAULT};
+use crate::net::tls::{
+    CrlCheck, TlsSettings, VerifyMode, DEFAULT_SESSION_CACHE, DEFAULT_TICKET_ROTATION, PUMA_REUSE_DEFAULT,
+};
 use crate::net::tls_certs::{CertSpec, PemSource};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,12 +34,16 @@ pub struct TlsQuery {
     cipher_filter: Option<String>,
     ciphersuites: Option<String>,
     session_cache: Option<usize>,
+    crl_check: Option<CrlCheck>,
 }
 
-/// OpenSSL's verification flags Puma passes on (`verification_flags=`).
-/// rustls's verifier (webpki) already behaves as the ones listed here
-/// ask, or they concern CRLs and policies it does not do; they are
-/// accepted so Puma configs boot, and the docs say what each maps to.
+/// OpenSSL's verification flags Puma passes on (`verification_flags=`)
+/// that need nothing here: rustls's verifier (webpki) already behaves as
+/// they ask, or they concern certificate policies, which it does not
+/// process. `CRL_CHECK` and `CRL_CHECK_ALL` are mapped onto webpki's CRL
+/// checks; the rest (`NO_CHECK_TIME`, `IGNORE_CRITICAL`, `SUITEB_*`, delta
+/// CRLs) would change what is checked in ways webpki cannot, so they stop
+/// the boot naming the flag.
 const VERIFICATION_FLAGS: &[&str] = &[
     "USE_CHECK_TIME",
     "X509_STRICT",
@@ -100,10 +106,14 @@ impl TlsQuery {
             "reuse" => self.session_cache = Some(parse_reuse(&decode(value))?),
             "verification_flags" => {
                 for flag in decode(value).split(',').map(str::trim).filter(|f| !f.is_empty()) {
-                    if !VERIFICATION_FLAGS.contains(&flag) {
+                    if flag == "CRL_CHECK_ALL" {
+                        self.crl_check = Some(CrlCheck::Chain);
+                    } else if flag == "CRL_CHECK" {
+                        self.crl_check = Some(self.crl_check.unwrap_or(CrlCheck::Leaf));
+                    } else if !VERIFICATION_FLAGS.contains(&flag) {
                         return Err(format!(
-                            "verification_flags: '{flag}' is not supported (rustls has no CRL or policy checks); \
-                             accepted: {}",
+                            "verification_flags: '{flag}' is not supported by rustls's verifier; \
+                             accepted: CRL_CHECK, CRL_CHECK_ALL, {}",
                             VERIFICATION_FLAGS.join(", ")
                         ));
                     }
@@ -152,6 +162,7 @@ impl TlsQuery {
             sni_dir: self.sni_dir,
             ca: self.ca,
             verify_mode: self.verify_mode.unwrap_or(VerifyMode::None),
+            crl_check: self.crl_check.unwrap_or(CrlCheck::Off),
             http2: true,
             cipher_filter: self.cipher_filter,
             ciphersuites: self.ciphersuites,
