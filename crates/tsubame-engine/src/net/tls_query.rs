@@ -226,6 +226,15 @@ mod tests {
         assert!(parse_reuse("lots").is_err());
 
         let mut q = TlsQuery::default();
+        for flags in ["CRL_CHECK,PARTIAL_CHAIN", "CRL_CHECK_ALL"] {
+            q.accept("verification_flags", flags, plain).unwrap();
+        }
+        assert!(q.accept("verification_flags", "NO_CHECK_TIME", plain).is_err());
+        q.accept("cert", "/a.pem", plain).unwrap();
+        q.accept("key", "/a.key", plain).unwrap();
+        assert_eq!(q.settings().unwrap().crl_check, CrlCheck::Chain);
+
+        let mut q = TlsQuery::default();
         q.accept("cert.1", "/b.pem", plain).unwrap();
         let err = q.settings().unwrap_err();
         assert!(err.contains("key.1"), "{err}");
