@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "tls/support"
+require "cluster/support"
 
 # Several certificates on one TLS bind, chosen by SNI: ssl_bind repeated
 # with sni: "host" and a directory of certificate/key pairs (sni_dir); the
@@ -9,6 +10,7 @@ require "tls/support"
 class TlsSniTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::TlsSupport
+  include Tsubame::ClusterHelpers
 
   APP = <<~'RUBY'
     run ->(env) { [200, { "content-type" => "text/plain" }, [env["SERVER_NAME"]]] }
@@ -97,6 +99,20 @@ class TlsSniTest < Minitest::Test
         assert_equal :revoked, stapled_status(port, "a.test")
         assert_equal serial("site_c"), served_serial(port, "c.test")
         assert_equal serial("site_b"), served_serial(port, "b.test")
+      end
+    end
+  end
+
+  # In cluster mode the workers adopt the master's socket with every
+  # certificate's keys (the numbered ones too): -b flags this time.
+  def test_cluster_workers_serve_every_certificate
+    default = "ssl://127.0.0.1:0?cert=#{certs.path("server.pem")}&key=#{certs.path("server.key")}"
+    site_a = "ssl://127.0.0.1:0?sni=a.test&cert=#{certs.path("site_a.pem")}&key=#{certs.path("site_a.key")}"
+    with_cluster(APP, args: ["-b", default, "-b", site_a]) do |server|
+      port = ssl_port(server)
+      8.times do
+        assert_equal serial("site_a"), served_serial(port, "a.test")
+        assert_equal serial("server"), served_serial(port, nil)
       end
     end
   end
