@@ -25,7 +25,7 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
                 openssl nghttp2-client haproxy nginx ruby-railties ruby-actionpack \
                 ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets \
-                systemd testssl.sh
+                systemd zstd testssl.sh
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so

@@ -2,11 +2,9 @@
 
 require "optparse"
 require "tsubame"
-require "tsubame/bench"
 require "tsubame/config/bind_uri"
 require "tsubame/config/loader"
 require "tsubame/launcher"
-require "tsubame/tune/command"
 
 module Tsubame
   # `tsubame [options] [rackup file]`, with Puma's flags and meanings.
@@ -34,8 +32,16 @@ module Tsubame
 
     # Returns the process exit status.
     def run
-      return Bench.run(@argv.drop(1), stderr: @stderr, env: @env) if @argv.first == "bench"
-      return Tune::Command.new(@argv.drop(1), stdout: @stdout, stderr: @stderr, env: @env).run if @argv.first == "tune"
+      # Loaded only for their subcommand: a server process never needs them
+      # (about 3 MB of RSS in every worker).
+      if @argv.first == "bench"
+        require "tsubame/bench"
+        return Bench.run(@argv.drop(1), stderr: @stderr, env: @env)
+      end
+      if @argv.first == "tune"
+        require "tsubame/tune/command"
+        return Tune::Command.new(@argv.drop(1), stdout: @stdout, stderr: @stderr, env: @env).run
+      end
 
       catch(:exit) do
         parse

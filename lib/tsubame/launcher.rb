@@ -19,6 +19,9 @@ require "tsubame/control/run_files"
 require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/systemd_notify"
+require "tsubame/serve/idle_timeout"
+require "tsubame/serve/custom_logger"
+require "tsubame/config/puma_constant"
 
 module Tsubame
   # Runs one server from resolved Options until it is told to stop: loads
@@ -37,6 +40,8 @@ module Tsubame
       @options = options
       @app = app
       @ignored = ignored
+      # custom_logger: the server's lines go to its #write.
+      stdout = CustomLogger::Output.new(options[:custom_logger]) if options[:custom_logger]
       @stdout = stdout
       @stderr = stderr
       @server_class = server_class
@@ -128,6 +133,8 @@ module Tsubame
       watcher = watch_restart_file if @options[:tmp_restart]
       restarter = nil
       ticker = nil
+      idle = nil
+      PumaConstant.stats_source = self
       begin
         server.start
         restarter = start_restarter(server)
@@ -135,11 +142,13 @@ module Tsubame
         @systemd.ready(systemd_status(server))
         ticker = @systemd.start_ticker(healthy: -> { healthy?(server) }) { systemd_status(server) }
         Hooks.run_logged(@options[:on_booted], "on_booted", Log.new(@stdout, @stderr))
+        idle = IdleTimeout.new(@options[:idle_timeout]).watch(server, Log.new(@stdout, @stderr)) if @options[:idle_timeout]
         # Server#wait keeps the main thread interruptible, so the trap
         # handlers above run while it waits.
         server.wait
       ensure
         ticker&.kill
+        idle&.kill
         watcher&.kill
         stop_restarter(restarter)
         previous.each { |signal, handler| trap(signal, handler) }
@@ -148,6 +157,7 @@ module Tsubame
       end
       return hot_restart(server) if @restart
 
+      Hooks.run_logged(@options[:after_stopped], "after_stopped", Log.new(@stdout, @stderr))
       @stdout.puts "- Goodbye!"
       0
     end

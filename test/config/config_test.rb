@@ -61,7 +61,10 @@ class ConfigTest < Minitest::Test
     websocket_max_message: 4_194_304,
     websocket_max_rate: 1000,
     upgrade_max_pending: 16_777_216,
-    upgrade_ping_interval: 30.0
+    upgrade_ping_interval: 30.0,
+    max_keep_alive: nil,
+    supported_http_methods: nil,
+    allow_underscore_headers: true
   }.freeze
 
   # Loads config as the CLI does: named files and whatever the block sets
@@ -324,6 +327,9 @@ class ConfigTest < Minitest::Test
       websocket_max_rate 0
       upgrade_max_pending 100_000
       upgrade_ping_interval 5
+      max_keep_alive 20
+      supported_http_methods %w[GET PURGE]
+      allow_underscore_headers false
     RUBY
     options, = load_file(source)
     assert_equal(
@@ -343,7 +349,8 @@ class ConfigTest < Minitest::Test
         public_dir: "/tmp", public_index: true, public_immutable: "\\.v\\d+\\.",
         compress: true, compress_min_size: 256, compress_types: ["text/html"],
         websocket_max_frame: 2048, websocket_max_message: 4096, websocket_max_rate: 0,
-        upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0
+        upgrade_max_pending: 100_000, upgrade_ping_interval: 5.0,
+        max_keep_alive: 20, supported_http_methods: %w[GET PURGE], allow_underscore_headers: false
       },
       options.native
     )

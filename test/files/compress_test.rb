@@ -3,9 +3,10 @@
 require "http1/support"
 require "tls/support"
 require "zlib"
+require "open3"
 
-# --compress: whole bodies (Array bodies) and streamed bodies gzip- or
-# brotli-encoded by the engine, chosen by Accept-Encoding; everything else
+# --compress: whole bodies (Array bodies) and streamed bodies gzip-, zstd-
+# or brotli-encoded by the engine, chosen by Accept-Encoding; everything else
 # left as it was.
 class CompressTest < Minitest::Test
   include Tsubame::TestHelpers
@@ -80,6 +81,32 @@ class CompressTest < Minitest::Test
       head = client.read_response(head: true)
       assert_equal [200, nil], [head.status, head["content-encoding"]], "HEAD is left as the app made it"
       assert_equal "?", get(client, "/other").body, "the connection is in step"
+    ensure
+      client&.close
+    end
+  end
+
+  # Decoded by Debian's zstd tool (the Makefile installs it).
+  def unzstd(bytes)
+    out, err, status = Open3.capture3("zstd", "-d", "-c", stdin_data: bytes, binmode: true)
+    assert status.success?, err
+    out.force_encoding(Encoding::UTF_8)
+  end
+
+  def test_zstd_whole_and_streamed
+    # Rack 2's Lint hides the Array body, whose known length decides compression.
+    with_server(APP, args: ["--compress"], lint: LINT_FORWARDS_BODY) do |server|
+      client = conn(server)
+      whole = get(client, "/html", "Accept-Encoding" => "gzip;q=0.8, zstd")
+      assert_equal ["zstd", whole.body.bytesize.to_s, "Cookie, accept-encoding", 'W/"v1"'],
+                   [whole["content-encoding"], whole["content-length"], whole["vary"], whole["etag"]]
+      assert_operator whole.body.bytesize, :<, HTML.bytesize / 5
+      assert_equal HTML, unzstd(whole.body)
+      assert_equal "zstd", get(client, "/html", "Accept-Encoding" => "gzip, zstd")["content-encoding"], "zstd before gzip on a tie"
+      assert_equal "br", get(client, "/html", "Accept-Encoding" => "gzip, zstd, br")["content-encoding"], "brotli first on a tie"
+      streamed = get(client, "/stream", "Accept-Encoding" => "zstd")
+      assert_equal ["zstd", nil], [streamed["content-encoding"], streamed["content-length"]]
+      assert_equal HTML, unzstd(streamed.body), "the stream's frame is finished at the end"
     ensure
       client&.close
     end

@@ -116,6 +116,14 @@ pub struct EngineOptions {
     pub websocket_max_rate: u32,
     pub upgrade_max_pending: usize,
     pub upgrade_ping_interval: Duration,
+    /// Requests one HTTP/1 connection may make; the response to the last
+    /// one closes it (Puma's `max_keep_alive`). None: no limit.
+    pub max_keep_alive: Option<u64>,
+    /// Methods that reach the app (Puma's `supported_http_methods`).
+    pub http_methods: crate::message::methods::MethodPolicy,
+    /// False: request headers with an underscore in their name are dropped
+    /// before the app sees them (Puma's `allow_underscore_headers`).
+    pub allow_underscore_headers: bool,
 }
 
 /// Fingerprinted names as asset pipelines write them (Rails' Propshaft and
@@ -195,6 +203,9 @@ impl Default for EngineOptions {
             websocket_max_rate: 1000,
             upgrade_max_pending: 16 << 20,
             upgrade_ping_interval: Duration::from_secs(30),
+            max_keep_alive: None,
+            http_methods: Default::default(),
+            allow_underscore_headers: true,
         }
     }
 }

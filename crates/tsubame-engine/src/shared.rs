@@ -54,6 +54,7 @@ impl Shared {
             max_uri_size: opts.max_uri_size,
             max_header_size: opts.max_header_size,
             max_headers: opts.max_headers,
+            known_methods_only: opts.http_methods.parser_checks(),
         };
         let max_connections = opts.max_connections.map_or_else(default_max_connections, |m| m as u64);
         let readiness = Readiness::new(

@@ -28,13 +28,18 @@ pub(crate) struct Submitted {
 /// is the same job whichever protocol carried it.
 pub(crate) async fn submit(
     shared: &Shared,
-    head: RequestHead,
+    mut head: RequestHead,
     body: Body,
     conn: &Arc<ConnInfo>,
     keep_alive: bool,
     received_at: Instant,
     target: &[u8],
 ) -> Option<Submitted> {
+    // Puma's `allow_underscore_headers false`: such headers never reach
+    // the app (behind a proxy, a client could pass them for dashed ones).
+    if !shared.opts.allow_underscore_headers {
+        head.headers.retain(|(name, _)| !name.contains(&b'_'));
+    }
     let (reply_tx, reply_rx) = oneshot::channel();
     let state = Arc::new(JobState::new(shared.opts.request_timeout));
     let seq = shared.next_seq();

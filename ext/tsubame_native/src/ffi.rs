@@ -103,6 +103,25 @@ pub fn hash_dup(ruby: &magnus::Ruby, hash: RHash) -> Result<RHash, Error> {
     RHash::from_value(copy).ok_or_else(|| Error::new(ruby.exception_type_error(), "base env is not a Hash"))
 }
 
+/// A frozen string with these bytes from Ruby's table of interned strings
+/// (binary encoding, as `str_from_slice`): an existing one when the same
+/// bytes are still in use by someone, so a value that repeats from request
+/// to request (a `Host`, an `Accept`, the client's address) allocates
+/// nothing. Unreferenced entries are collected like any string.
+pub fn interned_str(bytes: &[u8]) -> Value {
+    use magnus::rb_sys::FromRawValue;
+    // SAFETY: rb_interned_str copies `len` bytes from `ptr` (a live slice)
+    // when it makes a new string and returns a frozen String VALUE; it can
+    // raise only NoMemoryError, as any allocation can. GVL held: called
+    // while building the env, inside a Ruby method.
+    unsafe {
+        Value::from_raw(rb_sys::rb_interned_str(
+            bytes.as_ptr().cast(),
+            bytes.len() as std::os::raw::c_long,
+        ))
+    }
+}
+
 /// How many `key => value` pairs `EnvPairs` gathers before it inserts them.
 const ENV_PAIRS: usize = 32;
 

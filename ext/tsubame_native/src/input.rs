@@ -3,10 +3,12 @@
 
 use bytes::Bytes;
 use magnus::prelude::*;
-use magnus::{Error, RString, Ruby, Value};
+use magnus::value::Opaque;
+use magnus::{gc, Error, RString, Ruby, Value};
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read, Seek, SeekFrom};
+use std::sync::OnceLock;
 use tsubame_engine::message::body::Body;
 
 trait Source: BufRead + Seek + Send {}
@@ -14,8 +16,28 @@ impl<T: BufRead + Seek + Send> Source for T {}
 
 #[magnus::wrap(class = "Tsubame::Native::Input", free_immediately, size)]
 pub struct Input {
-    source: RefCell<Box<dyn Source>>,
+    /// `None` for a request without a body: one such `Input` serves every
+    /// bodyless request (`Server#empty_input`), so a GET allocates no input
+    /// object; with nothing to read it has no state to share.
+    source: Option<RefCell<Box<dyn Source>>>,
     len: u64,
+}
+
+/// `rack.input` for a request: its own object when it has a body, the one
+/// shared empty `Input` (made on first use, kept for good) when it has none.
+pub fn for_body(ruby: &Ruby, body: Body) -> Value {
+    static EMPTY: OnceLock<Opaque<Value>> = OnceLock::new();
+    match body {
+        Body::Empty => {
+            let empty = EMPTY.get_or_init(|| {
+                let obj = ruby.obj_wrap(Input::empty()).as_value();
+                gc::register_mark_object(obj);
+                Opaque::from(obj)
+            });
+            ruby.get_inner(*empty)
+        }
+        body => ruby.obj_wrap(Input::new(body)).as_value(),
+    }
 }
 
 fn io_error(ruby: &Ruby, err: std::io::Error) -> Error {
@@ -26,13 +48,30 @@ impl Input {
     pub fn new(body: Body) -> Input {
         let len = body.len();
         let source: Box<dyn Source> = match body {
-            Body::Empty => Box::new(Cursor::new(Bytes::new())),
+            Body::Empty => return Input::empty(),
             Body::Memory(bytes) => Box::new(Cursor::new(bytes)),
             Body::File { file, .. } => Box::new(BufReader::<File>::with_capacity(64 * 1024, file)),
         };
         Input {
-            source: RefCell::new(source),
+            source: Some(RefCell::new(source)),
             len,
+        }
+    }
+
+    pub fn empty() -> Input {
+        Input { source: None, len: 0 }
+    }
+
+    /// Runs `f` on the body, or on an empty reader for a bodyless request.
+    /// The borrow ends before the caller touches Ruby again, so no Ruby
+    /// call made meanwhile can find the body borrowed.
+    fn with_source<T>(&self, f: impl FnOnce(&mut dyn Source) -> std::io::Result<T>) -> std::io::Result<T> {
+        match &self.source {
+            Some(source) => match source.try_borrow_mut() {
+                Ok(mut source) => f(&mut **source),
+                Err(_) => Err(std::io::Error::other("rack.input is being read by another call")),
+            },
+            None => f(&mut Cursor::new(&[][..])),
         }
     }
 
@@ -45,17 +84,17 @@ impl Input {
         let (length, buffer) = args.optional;
         let length = length.flatten();
         let buffer = buffer.flatten();
-        let mut source = rb_self.source.borrow_mut();
         let mut data = Vec::new();
         match length {
             None => {
-                source.read_to_end(&mut data).map_err(|e| io_error(ruby, e))?;
+                rb_self
+                    .with_source(|source| source.read_to_end(&mut data))
+                    .map_err(|e| io_error(ruby, e))?;
             }
             Some(len) => {
                 data.reserve(len.min(1 << 20));
-                (&mut *source)
-                    .take(len as u64)
-                    .read_to_end(&mut data)
+                rb_self
+                    .with_source(|source| source.take(len as u64).read_to_end(&mut data))
                     .map_err(|e| io_error(ruby, e))?;
                 if data.is_empty() && len > 0 {
                     if let Some(buf) = buffer {
@@ -77,9 +116,7 @@ impl Input {
     pub fn gets(ruby: &Ruby, rb_self: &Self) -> Result<Option<RString>, Error> {
         let mut line = Vec::new();
         let n = rb_self
-            .source
-            .borrow_mut()
-            .read_until(b'\n', &mut line)
+            .with_source(|source| source.read_until(b'\n', &mut line))
             .map_err(|e| io_error(ruby, e))?;
         Ok((n > 0).then(|| ruby.str_from_slice(&line)))
     }
@@ -93,9 +130,7 @@ impl Input {
 
     pub fn rewind(ruby: &Ruby, rb_self: &Self) -> Result<i64, Error> {
         rb_self
-            .source
-            .borrow_mut()
-            .seek(SeekFrom::Start(0))
+            .with_source(|source| source.seek(SeekFrom::Start(0)))
             .map_err(|e| io_error(ruby, e))?;
         Ok(0)
     }
@@ -114,7 +149,7 @@ impl Input {
     /// let a burst of uploads fill the disk or run out of descriptors.
     /// Reads after this see an empty body.
     pub fn release(&self) {
-        if let Ok(mut source) = self.source.try_borrow_mut() {
+        if let Some(Ok(mut source)) = self.source.as_ref().map(RefCell::try_borrow_mut) {
             *source = Box::new(Cursor::new(Bytes::new()));
         }
     }

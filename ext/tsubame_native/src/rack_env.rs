@@ -2,7 +2,7 @@
 //! frozen, interned Ruby strings made once, so a request allocates only the
 //! strings that are really its own.
 
-use crate::ffi::{hash_dup, EnvPairs};
+use crate::ffi::{hash_dup, interned_str, EnvPairs};
 use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
 use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
@@ -104,7 +104,11 @@ pub fn init(ruby: &Ruby) {
     });
     let mut cache = header_cache();
     for name in COMMON_HEADERS {
-        cache.insert(name.as_bytes().into(), permanent(ruby, &cgi_name(name.as_bytes())));
+        let shared = SHARED_VALUE_HEADERS.contains(name);
+        cache.insert(
+            name.as_bytes().into(),
+            (permanent(ruby, &cgi_name(name.as_bytes())), shared),
+        );
     }
 }
 
@@ -157,6 +161,52 @@ const COMMON_HEADERS: &[&str] = &[
     "transfer-encoding",
 ];
 
+/// Headers whose values repeat from request to request (the same client
+/// software, the same site): their env values are frozen strings shared
+/// between the requests that send the same bytes (`interned_str`), as
+/// Puma shares `REMOTE_ADDR` between the requests of a connection. Values
+/// that identify a user or a request (cookies, credentials, ids) are not.
+const SHARED_VALUE_HEADERS: &[&str] = &[
+    "host",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "connection",
+    "cache-control",
+    "pragma",
+    "upgrade-insecure-requests",
+    "origin",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+    "sec-fetch-user",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "dnt",
+    "x-requested-with",
+    "keep-alive",
+    "te",
+    "via",
+];
+
+/// Longer values are unlikely to repeat; they are not worth hashing.
+const SHARED_VALUE_MAX: usize = 256;
+
+/// A value the env shares between requests (see `SHARED_VALUE_HEADERS`),
+/// or a string of its own when it is too long to be worth sharing.
+fn shared_value(ruby: &Ruby, bytes: &[u8]) -> Value {
+    if bytes.len() <= SHARED_VALUE_MAX {
+        interned_str(bytes)
+    } else {
+        ruby.str_from_slice(bytes).as_value()
+    }
+}
+
 /// Interned names are never freed, so the cache stops growing here: a
 /// client sending endless distinct header names cannot grow memory.
 const HEADER_CACHE_LIMIT: usize = 512;
@@ -178,7 +228,9 @@ impl Hasher for Fnv {
     }
 }
 
-type HeaderCache = HashMap<Box<[u8]>, Opaque<RString>, BuildHasherDefault<Fnv>>;
+/// Lower-case header name → its env key, and whether its value is shared
+/// (`SHARED_VALUE_HEADERS`).
+type HeaderCache = HashMap<Box<[u8]>, (Opaque<RString>, bool), BuildHasherDefault<Fnv>>;
 
 fn header_cache() -> std::sync::MutexGuard<'static, HeaderCache> {
     static CACHE: OnceLock<Mutex<HeaderCache>> = OnceLock::new();
@@ -201,24 +253,25 @@ fn cgi_name(name: &[u8]) -> Vec<u8> {
     out
 }
 
-fn header_key(ruby: &Ruby, cache: &mut HeaderCache, name: &[u8]) -> RString {
+/// The env key for a header name, and whether its value is shared.
+fn header_key(ruby: &Ruby, cache: &mut HeaderCache, name: &[u8]) -> (RString, bool) {
     let mut lower = [0u8; 64];
     if name.len() <= lower.len() {
         let lower = &mut lower[..name.len()];
         lower.copy_from_slice(name);
         lower.make_ascii_lowercase();
-        if let Some(key) = cache.get(&*lower) {
-            return ruby.get_inner(*key);
+        if let Some((key, shared)) = cache.get(&*lower) {
+            return (ruby.get_inner(*key), *shared);
         }
         if cache.len() < HEADER_CACHE_LIMIT {
             let key = permanent(ruby, &cgi_name(lower));
-            cache.insert((&*lower).into(), key);
-            return ruby.get_inner(key);
+            cache.insert((&*lower).into(), (key, false));
+            return (ruby.get_inner(key), false);
         }
     }
     let key = ruby.str_from_slice(&cgi_name(name));
     key.freeze();
-    key
+    (key, false)
 }
 
 /// Splits `host[:port]` / `[v6]:port`.
@@ -257,8 +310,10 @@ pub fn build(
         .map(|(_, s)| ruby.get_inner(*s).as_value())
         .unwrap_or_else(|| bytes(&head.method));
     set(k.request_method, method);
-    set(k.path_info, bytes(&head.path));
-    set(k.request_path, bytes(&head.path));
+    // One string for both, as Puma gives them.
+    let path = bytes(&head.path);
+    set(k.path_info, path);
+    set(k.request_path, path);
     set(k.request_uri, bytes(&head.target));
     let query = if head.query.is_empty() {
         ruby.get_inner(k.empty).as_value()
@@ -275,7 +330,7 @@ pub fn build(
     set(k.http_version, ruby.get_inner(version).as_value());
     let listener = &conn.listener;
     let remote = listener.remote_address.resolve(head, &conn.peer_addr);
-    set(k.remote_addr, ruby.str_new(&remote).as_value());
+    set(k.remote_addr, shared_value(ruby, remote.as_bytes()));
 
     let mut secure = listener.url_scheme == "https";
     if listener.trust_forwarded_proto {
@@ -290,22 +345,22 @@ pub fn build(
     } else if listener.url_scheme == "https" {
         set(k.rack_url_scheme, ruby.get_inner(k.http).as_value());
     }
-    let default_port = || ruby.str_new(if secure { "443" } else { "80" }).as_value();
+    let default_port = || shared_value(ruby, if secure { b"443" } else { b"80" });
     match head.host.as_deref().map(split_host) {
         Some((name, port)) => {
-            set(k.server_name, bytes(name));
+            set(k.server_name, shared_value(ruby, name));
             let port = match port {
-                Some(p) if !p.is_empty() => bytes(p),
+                Some(p) if !p.is_empty() => shared_value(ruby, p),
                 _ => default_port(),
             };
             set(k.server_port, port);
         }
         None => {
-            set(k.server_name, ruby.str_new(&listener.server_name).as_value());
+            set(k.server_name, shared_value(ruby, listener.server_name.as_bytes()));
             // A unix socket has no port (0): the scheme's default, as Puma.
             let port = match listener.server_port {
                 0 => default_port(),
-                p => ruby.str_new(&p.to_string()).as_value(),
+                p => shared_value(ruby, p.to_string().as_bytes()),
             };
             set(k.server_port, port);
         }
@@ -404,7 +459,7 @@ fn set_headers(ruby: &Ruby, env: RHash, pairs: &mut EnvPairs, head: &RequestHead
             continue;
         }
         let key = if name.eq_ignore_ascii_case(b"content-type") {
-            ruby.get_inner(k.content_type)
+            (ruby.get_inner(k.content_type), false)
         } else if name.eq_ignore_ascii_case(b"content-length") {
             // The length the body was framed by, not the field as sent:
             // "5" for "005" or for two identical Content-Length fields.
@@ -417,12 +472,17 @@ fn set_headers(ruby: &Ruby, env: RHash, pairs: &mut EnvPairs, head: &RequestHead
         } else {
             header_key(ruby, &mut cache, name)
         };
+        let (key, shared) = key;
         let mut repeats = headers[i + 1..]
             .iter()
             .filter(|(later, _)| later.eq_ignore_ascii_case(name))
             .peekable();
         let value = if repeats.peek().is_none() {
-            ruby.str_from_slice(value)
+            if shared {
+                shared_value(ruby, value)
+            } else {
+                ruby.str_from_slice(value).as_value()
+            }
         } else {
             let separator: &[u8] = if name.eq_ignore_ascii_case(b"cookie") {
                 b"; "
@@ -435,9 +495,9 @@ fn set_headers(ruby: &Ruby, env: RHash, pairs: &mut EnvPairs, head: &RequestHead
                 joined.extend_from_slice(separator);
                 joined.extend_from_slice(more);
             }
-            ruby.str_from_slice(&joined)
+            ruby.str_from_slice(&joined).as_value()
         };
-        pairs.push(env, key, value.as_value());
+        pairs.push(env, key, value);
     }
     Ok(())
 }

@@ -4,7 +4,6 @@
 //! allocated per request).
 
 use crate::ffi::{os_path, with_bytes, with_elements, without_gvl};
-use crate::input::Input;
 use crate::rack_env;
 use crate::stream::Stream;
 use bytes::Bytes;
@@ -109,7 +108,7 @@ impl Request {
                 "env already built for this request",
             ));
         };
-        let input = ruby.obj_wrap(Input::new(body)).as_value();
+        let input = crate::input::for_body(ruby, body);
         let env = rack_env::build(ruby, base, &rb_self.head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
         Ok(env)

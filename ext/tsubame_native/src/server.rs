@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tsubame_engine::dispatch::fiber_route::check_pattern;
 use tsubame_engine::dispatch::remote_addr::{default_trusted, Cidr, RemoteAddress};
 use tsubame_engine::dispatch::timeouts::NextTimeout;
+use tsubame_engine::message::methods::MethodPolicy;
 use tsubame_engine::server::StopOutcome;
 use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
 
@@ -84,6 +85,9 @@ const OPTION_KEYS: &[&str] = &[
     "websocket_max_rate",
     "upgrade_max_pending",
     "upgrade_ping_interval",
+    "max_keep_alive",
+    "supported_http_methods",
+    "allow_underscore_headers",
 ];
 
 struct OptionReader<'a> {
@@ -223,6 +227,28 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         websocket_max_rate: r.get("websocket_max_rate")?.unwrap_or(d.websocket_max_rate),
         upgrade_max_pending: r.get("upgrade_max_pending")?.unwrap_or(d.upgrade_max_pending),
         upgrade_ping_interval: r.seconds("upgrade_ping_interval", d.upgrade_ping_interval)?,
+        max_keep_alive: r.get("max_keep_alive")?,
+        http_methods: http_methods(&r)?,
+        allow_underscore_headers: r.get("allow_underscore_headers")?.unwrap_or(d.allow_underscore_headers),
+    })
+}
+
+/// `supported_http_methods`: absent or nil keeps the engine's list,
+/// "any" lets every method through, an Array names the only ones.
+fn http_methods(r: &OptionReader<'_>) -> Result<MethodPolicy, Error> {
+    if let Ok(Some(word)) = r.get::<String>("supported_http_methods") {
+        return if word == "any" {
+            Ok(MethodPolicy::Any)
+        } else {
+            Err(Error::new(
+                r.ruby.exception_arg_error(),
+                format!("option supported_http_methods: \"any\" or an Array, got {word:?}"),
+            ))
+        };
+    }
+    Ok(match r.get::<Vec<String>>("supported_http_methods")? {
+        None => MethodPolicy::Known,
+        Some(list) => MethodPolicy::Only(list.into_iter().map(String::into_bytes).collect()),
     })
 }
 

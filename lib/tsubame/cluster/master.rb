@@ -20,6 +20,9 @@ require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/clock"
 require "tsubame/support/systemd_notify"
+require "tsubame/serve/socket_activation"
+require "tsubame/serve/idle_timeout"
+require "tsubame/config/puma_constant"
 
 module Tsubame
   # Cluster mode's master process. It binds the listeners, forks `workers`
@@ -81,6 +84,7 @@ module Tsubame
       @control = nil
       # A hot restart's pre-flight check under way (HotRestartCheck).
       @restart_check = nil
+      @idle = IdleTimeout.new(options[:idle_timeout]) if options[:idle_timeout]
     end
 
     # Returns the exit status once every worker has stopped.
@@ -88,7 +92,7 @@ module Tsubame
       @master_pid = Process.pid
       print_header
       preload
-      @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners = Listeners.bind(SocketActivation.binds(SelfSigned.binds(@options), @options), @options[:backlog])
       # Before any fork: workers inherit one session-ticket secret, so a
       # client resumes its TLS session on whichever worker it reaches.
       Native.seed_tls_tickets
@@ -96,6 +100,7 @@ module Tsubame
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
       previous = trap_signals
+      PumaConstant.stats_source = self
       begin
         boot_master
         supervise
@@ -103,6 +108,7 @@ module Tsubame
         previous.each { |signal, handler| trap(signal, handler) }
         shut_down
       end
+      Hooks.run_logged(@options[:after_stopped], "after_stopped", @log)
       @log.info("- Goodbye!")
       @exit_status
     end
@@ -239,8 +245,10 @@ module Tsubame
         process_commands
         reap
         begin_stop(:graceful) if @leave_at && !@stopping && monotonic >= @leave_at
+        check_idle
         advance_hot_restart
-        next if @stopping
+        # While the cluster stops, worker_shutdown_timeout still holds.
+        next kill_late_stoppers if @stopping
 
         check_workers
         advance_phased_restart
@@ -272,6 +280,20 @@ module Tsubame
 
     def finished?
       @stopping && @workers.empty?
+    end
+
+    # idle_timeout: no request in any worker (by their check-ins) for that
+    # long stops the cluster. Only once all booted: booting is not idling.
+    def check_idle
+      return unless @idle && !@stopping && all_booted?
+
+      statuses = @workers.select(&:active?).map(&:last_status)
+      count = statuses.sum { |s| s["requests_count"].to_i }
+      busy = statuses.any? { |s| s["requests_in_flight"].to_i.positive? }
+      return unless @idle.idle?(count, busy)
+
+      @log.info("- Idle timeout reached (#{@idle.seconds}s without a request in any worker); stopping")
+      begin_stop(:graceful)
     end
 
     def wait_for_events
@@ -360,19 +382,36 @@ module Tsubame
 
     # --- deaths and timeouts --------------------------------------------
 
+    # Workers and the hot restart's check are waited for by pid: while a
+    # Process.detach thread waits for a child (a before_fork hook that
+    # detached one, as Puma's test config does), Ruby's wait(-1) does not
+    # report the others, and a stop would wait for that child to exit.
     def reap
+      @workers.dup.each do |worker|
+        pid, status = wait_for(worker.pid)
+        exited(worker, status) if pid
+      end
+      if @restart_check && (pid, status = wait_for(@restart_check.pid)) && pid
+        @restart_check.exited(status)
+      end
+      reap_others
+    end
+
+    def wait_for(pid)
+      Process.wait2(pid, Process::WNOHANG)
+    rescue Errno::ECHILD
+      nil
+    end
+
+    # Any other child (one the app forked and left) is reaped too.
+    def reap_others
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
 
-        # Every child is reaped here, the hot restart's check among them.
-        if @restart_check&.pid == pid
-          @restart_check.exited(status)
-          next
-        end
-
         worker = @workers.find { |w| w.pid == pid }
         exited(worker, status) if worker
+        @restart_check.exited(status) if @restart_check&.pid == pid
       end
     rescue Errno::ECHILD
       nil
@@ -391,6 +430,8 @@ module Tsubame
         boot_failed(worker, how)
       end
       forget_replacement(worker)
+      worker.process_status = status
+      Hooks.run_logged(@options[:after_worker_shutdown], "after_worker_shutdown", @log, worker)
     end
 
     def boot_failed(worker, how)
@@ -461,6 +502,12 @@ module Tsubame
 
     def boot_timeout
       @options[:worker_boot_timeout] || @options[:worker_timeout]
+    end
+
+    def kill_late_stoppers
+      @workers.each do |worker|
+        kill(worker, "did not stop in time") if worker.stopping? && !worker.killed? && monotonic > worker.stop_deadline
+      end
     end
 
     def kill(worker, why)

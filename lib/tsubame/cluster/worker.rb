@@ -29,6 +29,9 @@ module Tsubame
       @log = log
       @server = nil
       @stopped = false
+      # Puma's hook data (Hooks::Keyed): from the boot hooks to the
+      # shutdown hooks of this worker.
+      @hook_data = {}
     end
 
     # Returns the exit status. The master counts a worker that exits before
@@ -36,7 +39,7 @@ module Tsubame
     def run
       started = monotonic
       install_traps
-      Hooks.run(@options[:on_worker_boot], @index)
+      Hooks.run(@options[:on_worker_boot], @index, data: @hook_data)
       app = @app || AppLoader.load(@options[:rackup])
       @server = Server.new(app, @options, listeners: @listeners,
                                           busy_accept_delay: @options[:wait_for_less_busy_worker])
@@ -48,7 +51,7 @@ module Tsubame
       @server.wait
       @stopped = true
       checker.join(1) || checker.kill
-      Hooks.run_logged(@options[:on_worker_shutdown], "on_worker_shutdown", @log, @index)
+      Hooks.run_logged(@options[:on_worker_shutdown], "before_worker_shutdown", @log, @index, data: @hook_data)
       0
     end
 

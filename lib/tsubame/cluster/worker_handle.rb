@@ -11,6 +11,9 @@ module Tsubame
     attr_reader :pid, :index, :phase, :link, :started_at, :booted_at, :last_checkin, :last_status,
                 :stop_deadline, :stop_reason
     attr_accessor :rss_mb, :replacement, :replaces
+    # Set once the worker exited (Puma's WorkerHandle#process_status, for
+    # after_worker_shutdown hooks).
+    attr_accessor :process_status
 
     # adopted: a worker of the master this one replaced by re-executing
     # itself (hot restart). It has no link and is stopped once the new

@@ -4,6 +4,8 @@ require "tsubame/errors"
 require "tsubame/config/bind_uri"
 require "tsubame/config/options"
 require "tsubame/config/control_token"
+require "tsubame/config/hooks"
+require "tsubame/config/puma_constant"
 require "tmpdir"
 
 module Tsubame
@@ -15,17 +17,20 @@ module Tsubame
     DefaultRackup = Options::DEFAULTS[:rackup]
     DefaultTCPHost = Options::DEFAULT_HOST
     DefaultTCPPort = Options::DEFAULT_PORT
+    # `Puma` in a config file (Puma.cli_config, Puma.stats, Puma::Const):
+    # constant lookup from the file's code reaches this class first.
+    Puma = PumaConstant
 
     # Puma directives for features Tsubame does not have yet (cluster mode,
     # plugins, the control app...). A config written for Puma should still
     # boot, with one warning, rather than fail on the first of them.
     NOT_YET = %i[
-      app before_refork before_thread_exit before_thread_start bind_to_activated_sockets
+      app before_refork before_thread_exit before_thread_start
       before_worker_fork clean_thread_locals debug
       directory drain_on_shutdown extra_runtime_dependencies
-      fork_worker io_selector_backend log_formatter max_fast_inline
+      fork_worker io_selector_backend log_formatter
       mutate_stdout_and_stderr_to_sync_on_write nakayoshi_fork
-      on_refork on_stopped on_thread_exit on_thread_start
+      after_refork on_refork on_thread_exit on_thread_start
       on_worker_fork out_of_band
       prune_bundler queue_requests rack_url_scheme
       raise_exception_on_sigterm restart_command
@@ -48,6 +53,7 @@ module Tsubame
       rescue SystemCallError => e
         raise ConfigError, "cannot read config file #{path}: #{e.message}"
       end
+      PumaConstant.options = options
       new(path, options, ignored).__send__(:evaluate, source)
       ignored
     end
@@ -62,8 +68,9 @@ module Tsubame
       @options.set_threads(min, max, layer: LAYER)
     end
 
-    def port(number, host = Options::DEFAULT_HOST)
-      @options.append(:binds, BindURI.tcp(host, number), layer: LAYER)
+    # Without a host: set_default_host's, else 0.0.0.0.
+    def port(number, host = nil)
+      @options.append(:binds, BindURI.tcp(host || default_host, number), layer: LAYER)
     end
 
     def bind(uri)
@@ -71,6 +78,7 @@ module Tsubame
     end
 
     # Puma's ssl_bind: the same bind as ssl://HOST:PORT?cert=...&key=...
+    # Without cert: and key:, a self-signed certificate (tls_self_signed).
     # Every key goes into the query (PEM text of cert_pem/key_pem too,
     # escaped); the engine checks them (net/tls_query.rs), so an option
     # Tsubame cannot honour (keystore) fails the boot naming it rather
@@ -78,6 +86,9 @@ module Tsubame
     # binds become one listener with several certificates
     # (BindURI.merge_sni). docs/TLS_HTTP2.md lists the options.
     def ssl_bind(host, port, opts = {})
+      # Puma's form without cert and key: a development certificate for
+      # localhost (Puma takes it from the localhost gem).
+      set(:tls_self_signed, true) unless %i[cert cert_pem sni_dir].any? { |key| opts.key?(key) }
       params = opts.map do |key, value|
         value = ssl_bind_value(key, value)
         next if value.nil?
@@ -473,28 +484,33 @@ module Tsubame
       hook(:before_fork, block)
     end
 
-    def on_worker_boot(&block)
-      hook(:on_worker_boot, block)
+    # Puma 7's names, with the on_* ones they replaced. A key (String or
+    # Symbol) gives the hook a Hash as second argument, shared with the
+    # other hooks of that key in the same worker (Puma's hook data).
+    def before_worker_boot(key = nil, &block)
+      hook(:on_worker_boot, keyed(:before_worker_boot, key, block))
     end
-    alias before_worker_boot on_worker_boot
+    alias on_worker_boot before_worker_boot
 
-    def on_worker_shutdown(&block)
-      hook(:on_worker_shutdown, block)
+    def before_worker_shutdown(key = nil, &block)
+      hook(:on_worker_shutdown, keyed(:before_worker_shutdown, key, block))
     end
-    alias before_worker_shutdown on_worker_shutdown
+    alias on_worker_shutdown before_worker_shutdown
 
     def after_worker_fork(&block)
       hook(:after_worker_fork, block)
     end
     alias after_worker_boot after_worker_fork
 
-    def on_booted(&block)
+    def after_booted(&block)
       hook(:on_booted, block)
     end
+    alias on_booted after_booted
 
-    def on_restart(&block)
+    def before_restart(&block)
       hook(:on_restart, block)
     end
+    alias on_restart before_restart
 
     # Puma's form: activate_control_app "tcp://127.0.0.1:9293",
     # { auth_token: "secret" } or { no_token: true }. Without either, a
@@ -527,6 +543,131 @@ module Tsubame
         @ignored << "plugin #{name.inspect} (#{location(caller_locations)})"
       end
       nil
+    end
+
+    # --- Puma 7/8 directives (docs/PUMA.md) ------------------------------
+
+    # Once the server has stopped serving, single or cluster mode.
+    def after_stopped(&block)
+      hook(:after_stopped, block)
+    end
+    alias on_stopped after_stopped
+
+    # In the master, after a worker exited: gets the worker's handle
+    # (index, pid, process_status).
+    def after_worker_shutdown(&block)
+      hook(:after_worker_shutdown, block)
+    end
+
+    # Requests one connection may make; the response to the last closes
+    # it. Float::INFINITY (or nil): no limit.
+    def max_keep_alive(requests)
+      @max_keep_alive_given = true
+      set(:max_keep_alive, requests)
+    end
+
+    # Puma's older name for max_keep_alive; as in Puma, it does not undo a
+    # max_keep_alive given before it.
+    def max_fast_inline(requests)
+      set(:max_keep_alive, requests) unless @max_keep_alive_given
+    end
+
+    # false: every response closes its connection.
+    def enable_keep_alives(enabled = true)
+      set(:enable_keep_alives, enabled)
+    end
+
+    # The methods that reach the app; others get 501. :any lets every
+    # method through; Puma::Const::IANA_HTTP_METHODS is the registry's list.
+    def supported_http_methods(methods)
+      set(:supported_http_methods, methods)
+    end
+
+    # Stop (the whole cluster too) after this many seconds without a request.
+    def idle_timeout(seconds)
+      set(:idle_timeout, seconds)
+    end
+
+    # Log lines (the banner, request logs, errors) go to this object's
+    # #write instead of stdout/stderr.
+    def custom_logger(logger)
+      set(:custom_logger, logger)
+    end
+
+    # The host `port` binds when it names none.
+    def set_default_host(host)
+      set(:default_host, host)
+    end
+
+    def default_host
+      @options[:default_host]
+    end
+
+    # Serve systemd's activated sockets whether or not a bind names them;
+    # 'only': the activated sockets replace the binds (docs/SYSTEMD.md).
+    def bind_to_activated_sockets(bind = true)
+      set(:bind_to_activated_sockets, bind)
+    end
+
+    # A fresh Fiber for each request: Tsubame's fiber mode, whose requests
+    # each run in their own fiber (docs/FIBERS.md).
+    def fiber_per_request(which = true)
+      set(:fiber_scheduler, which)
+    end
+
+    # Threads beyond `threads` max for requests the app marks IO-bound with
+    # env["puma.mark_as_io_bound"].call.
+    def max_io_threads(count)
+      set(:max_io_threads, count)
+    end
+
+    # Puma's helpers for config code: the value of a setting by Puma's
+    # name, and the DSL run on a block.
+    def get(key, default = nil)
+      name = PumaConstant.tsubame_name(key)
+      value = name && @options[name]
+      value.nil? ? default : value
+    end
+
+    def inject(&block)
+      instance_eval(&block)
+    end
+
+    # Another config file, read now (a relative path from the current
+    # directory, as Puma has it).
+    def load(path)
+      DSL.load(path.to_s, @options, @ignored)
+      nil
+    end
+
+    # Directives for one mode only, run once every config file is read
+    # (ConfigLoader), when the worker count is known.
+    def single(&block)
+      raise ConfigError, "single needs a block" unless block
+
+      @options.append(:single_blocks, block, layer: LAYER)
+    end
+
+    def cluster(&block)
+      raise ConfigError, "cluster needs a block" unless block
+
+      @options.append(:cluster_blocks, block, layer: LAYER)
+    end
+
+    # Runs the single or cluster blocks as directives of the file that
+    # defined each.
+    def self.run_mode_blocks(options, ignored)
+      key = options[:workers].positive? ? :cluster_blocks : :single_blocks
+      options[key].each do |block|
+        path = block.source_location&.first.to_s
+        new(path, options, ignored).__send__(:evaluate_block, block)
+      end
+    end
+
+    # false: request headers with an underscore in their name never reach
+    # the app (HTTP_X_API_KEY could otherwise come from X_Api_Key).
+    def allow_underscore_headers(allowed = true)
+      set(:allow_underscore_headers, allowed)
     end
 
     NOT_YET.each do |name|
@@ -566,6 +707,22 @@ module Tsubame
       raise ConfigError, "#{key} needs a block" unless block
 
       @options.append(key, block, layer: LAYER)
+    end
+
+    # Puma takes a String or Symbol key.
+    def keyed(name, key, block)
+      raise ConfigError, "#{name} needs a block" unless block
+      return block if key.nil?
+      raise ConfigError, "#{name} key must be a String or Symbol (got #{key.inspect})" unless key.is_a?(String) || key.is_a?(Symbol)
+
+      Hooks::Keyed.new(key.to_sym, block)
+    end
+
+    def evaluate_block(block)
+      instance_exec(&block)
+    rescue StandardError, ScriptError => e
+      detail = e.is_a?(ConfigError) ? e.message : "#{e.message} (#{e.class})"
+      raise ConfigError, "#{location(e.backtrace_locations)}: #{detail}"
     end
 
     def evaluate(source)

@@ -37,6 +37,7 @@ module Tsubame
         DSL.load(path, @options, @ignored)
         @loaded_files << path
       end
+      DSL.run_mode_blocks(@options, @ignored)
       @options.validate!
       self
     end

@@ -127,7 +127,22 @@ module Tsubame
       on_worker_shutdown: [].freeze,
       after_worker_fork: [].freeze,
       on_booted: [].freeze,
-      on_restart: [].freeze
+      on_restart: [].freeze,
+      # Puma 7/8 directives (docs/PUMA.md). max_keep_alive nil: no limit;
+      # supported_http_methods nil: the engine's list, "any": every method.
+      after_stopped: [].freeze,
+      after_worker_shutdown: [].freeze,
+      max_keep_alive: nil,
+      enable_keep_alives: true,
+      supported_http_methods: nil,
+      idle_timeout: nil,
+      custom_logger: nil,
+      default_host: DEFAULT_HOST,
+      bind_to_activated_sockets: nil,
+      max_io_threads: 0,
+      allow_underscore_headers: true,
+      single_blocks: [].freeze,
+      cluster_blocks: [].freeze
     }.freeze
 
     # What the Rust engine receives; everything else stays on the Ruby side.
@@ -144,6 +159,7 @@ module Tsubame
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
       websocket_max_frame websocket_max_message websocket_max_rate upgrade_max_pending upgrade_ping_interval
+      max_keep_alive supported_http_methods allow_underscore_headers
     ].freeze
 
     KINDS = {
@@ -221,7 +237,8 @@ module Tsubame
       preload_app: :boolean,
       worker_timeout: :timeout,
       worker_boot_timeout: :optional_timeout,
-      worker_shutdown_timeout: :optional_timeout,
+      # 0 as in Puma: killed at the first check after TERM.
+      worker_shutdown_timeout: :optional_delay,
       worker_check_interval: :timeout,
       worker_max_requests: :optional_positive_integer,
       worker_max_memory: :optional_megabytes,
@@ -239,12 +256,28 @@ module Tsubame
       on_worker_shutdown: :hooks,
       after_worker_fork: :hooks,
       on_booted: :hooks,
-      on_restart: :hooks
+      on_restart: :hooks,
+      after_stopped: :hooks,
+      after_worker_shutdown: :hooks,
+      max_keep_alive: :keep_alive_requests,
+      enable_keep_alives: :boolean,
+      supported_http_methods: :http_methods,
+      idle_timeout: :optional_seconds,
+      custom_logger: :optional_logger,
+      default_host: :string,
+      bind_to_activated_sockets: :activated_sockets,
+      max_io_threads: :integer,
+      allow_underscore_headers: :boolean,
+      single_blocks: :hooks,
+      cluster_blocks: :hooks
     }.freeze
 
     LIST_KINDS = %i[binds strings hooks fiber_paths directories accel_mappings cidrs].freeze
 
     LAYERS = %i[default file env cli].freeze
+
+    # An HTTP method is a token (RFC 9110 §9.1).
+    METHOD_TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
 
     THREADS_FORM = /\A\s*(\d+)\s*(?::\s*(\d+)\s*)?\z/.freeze
 
@@ -323,7 +356,11 @@ module Tsubame
       # quiet is the stronger word: `-q` silences request logs even when a
       # config file turned them on.
       hash[:log_requests] = hash[:log_requests] && !self[:quiet]
+      # A custom_logger gets the request log instead (CustomLogger::RequestLog).
+      hash[:log_requests] = false if self[:custom_logger]
       hash[:binds] = hash[:binds].dup
+      # enable_keep_alives false: every response closes its connection.
+      hash[:max_keep_alive] = 1 unless self[:enable_keep_alives]
       # Absent: the engine's default pattern.
       hash.delete(:public_immutable) if hash[:public_immutable] == :fingerprint
       hash
@@ -400,6 +437,63 @@ module Tsubame
       when :proxy_protocol then proxy_protocol(key, value)
       when :header_name then value.nil? ? nil : header_name(key, value)
       when :cidrs then cidrs(key, value)
+      else coerce_puma8(key, value)
+      end
+    end
+
+    # --- Puma 7/8 directives ------------------------------------------------
+
+    def coerce_puma8(key, value)
+      case KINDS.fetch(key)
+      when :keep_alive_requests then keep_alive_requests(key, value)
+      when :http_methods then http_methods(key, value)
+      when :optional_logger then value.nil? ? nil : logger(key, value)
+      when :activated_sockets then activated_sockets(key, value)
+      end
+    end
+
+    # Puma takes any number, Float::INFINITY for no limit; nil here too.
+    # 0 closes after every request, as 1 does (Puma's comparison).
+    def keep_alive_requests(key, value)
+      return nil if value.nil? || value == Float::INFINITY
+
+      number = Float(value)
+      return number.floor if number.finite? && number >= 0
+
+      raise ArgumentError
+    rescue ArgumentError, TypeError
+      raise ConfigError, "#{key} must be a non-negative number of requests or Float::INFINITY (got #{value.inspect})"
+    end
+
+    # :any (or "any"), or a list of distinct method names: tokens, as sent.
+    def http_methods(key, value)
+      return nil if value.nil?
+      return "any" if value.to_s == "any"
+
+      list = value.is_a?(Array) ? value : []
+      valid = !list.empty? && list.all? { |m| m.is_a?(String) && m.match?(METHOD_TOKEN) } && list.uniq.size == list.size
+      return list.map { |m| m.dup.freeze }.freeze if valid
+
+      raise ConfigError, "#{key} must be :any or a non-empty Array of distinct method names such as %w[GET POST] " \
+                         "(got #{value.inspect})"
+    end
+
+    # Puma calls #write with each log line.
+    def logger(key, value)
+      return value if value.respond_to?(:write)
+
+      raise ConfigError, "#{key} must respond to #write (got #{value.inspect})"
+    end
+
+    # nil/false: only binds that name an activated socket use it; true:
+    # every activated socket is served besides the binds; "only": the
+    # activated sockets replace the binds.
+    def activated_sockets(key, value)
+      case value
+      when nil, false then nil
+      when true then true
+      when "only", :only then "only"
+      else raise ConfigError, "#{key} takes true, false or 'only' (got #{value.inspect})"
       end
     end
 

@@ -12,6 +12,7 @@ require "tsubame/tsubame_native"
 require "tsubame/serve/stream"
 require "tsubame/serve/app_errors"
 require "tsubame/serve/listeners"
+require "tsubame/serve/socket_activation"
 require "tsubame/serve/self_signed"
 require "tsubame/serve/request_timeouts"
 require "tsubame/config/bind_uri"
@@ -23,6 +24,9 @@ require "tsubame/serve/x_sendfile"
 require "tsubame/serve/x_accel_redirect"
 require "tsubame/serve/upgrades"
 require "tsubame/support/named_thread"
+require "tsubame/serve/io_threads"
+require "tsubame/serve/response_headers"
+require "tsubame/serve/custom_logger"
 
 module Tsubame
   # Runs a Rack app on the native engine: the engine reads whole requests
@@ -51,6 +55,9 @@ module Tsubame
     # idle worker takes it first.
     def initialize(app, options, listeners: nil, busy_accept_delay: nil)
       @app = app
+      if (logger = options[:custom_logger]) && options[:log_requests] && !options[:quiet]
+        @app = CustomLogger::RequestLog.new(app, logger)
+      end
       @options = options
       @listeners = listeners
       @busy_accept_delay = busy_accept_delay
@@ -68,7 +75,7 @@ module Tsubame
     # engine adopts duplicates of the sockets (see Listeners), so they can
     # outlive it: a hot restart hands them to the next process.
     def bind
-      @listeners ||= Listeners.bind(SelfSigned.binds(@options), @options[:backlog])
+      @listeners ||= Listeners.bind(SocketActivation.binds(SelfSigned.binds(@options), @options), @options[:backlog])
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
@@ -98,11 +105,15 @@ module Tsubame
       @base_env = base_env
       @early_hints = @options[:early_hints]
       @x_sendfile = sendfile_variation
-      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
+      @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line),
+                                      enabled: !@options[:request_timeout].nil?)
       @native.start
       @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
       Upgrades.current = @upgrades
-      @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
+      # max_io_threads: the extra threads wait at the gate until a
+      # request is marked IO-bound.
+      @io_gate = IoThreads.new(@options[:threads_max], @options[:max_io_threads]) if @options[:max_io_threads].positive?
+      @threads = Array.new(@options[:threads_max] + @options[:max_io_threads]) { |i| spawn_thread(i) }
       @fiber_loops = start_fiber_loops
       @timeouts.start(@threads, @fiber_loops)
       @idle_memory = IdleMemory.new(@native, @options[:idle_memory_trim]).start if @options[:idle_memory_trim]
@@ -130,6 +141,7 @@ module Tsubame
     def stop(close_listeners: true)
       @stopping = true
       @native&.stop
+      @io_gate&.close
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
     end
@@ -241,9 +253,30 @@ module Tsubame
     def serve_requests(index)
       native = @native
       timeouts = @timeouts
+      gate = @io_gate
       timeouts.worker do
-        while (request = native.next_request)
-          timeouts.run(index, request) { handle(request, env_for(request)) }
+        if gate
+          serve_with_gate(index, native, timeouts, gate)
+        else
+          while (request = native.next_request)
+            timeouts.run(index, request) { handle(request, env_for(request)) }
+          end
+        end
+      end
+    end
+
+    # max_io_threads: each request is taken and answered holding a slot.
+    def serve_with_gate(index, native, timeouts, gate)
+      while gate.acquire
+        begin
+          request = native.next_request
+          break unless request
+
+          env = env_for(request)
+          env["puma.mark_as_io_bound"] = gate.marker
+          timeouts.run(index, request) { handle(request, env) }
+        ensure
+          gate.release
         end
       end
     end
@@ -268,6 +301,8 @@ module Tsubame
       begin
         status, headers, body = @app.call(env)
         return if request.hijacked?
+
+        headers = ResponseHeaders.normalize(headers, RACK3)
         # rack.upgrade: the engine answers the handshake, not the app's
         # response (its body is closed below as always).
         return @upgrades.take(request, env, env["rack.upgrade"]) if env["rack.upgrade?"] && env["rack.upgrade"]

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require "tsubame/errors"
 
 module Tsubame
   # systemd socket activation (sd_listen_fds(3)): listening sockets a
@@ -61,6 +62,23 @@ module Tsubame
         found = activated.select { |socket| socket.address && serves?(socket.address, uri) }
         activated.replace(activated - found)
         found
+      end
+
+      # Puma's bind_to_activated_sockets: true adds a bind for every
+      # activated socket no configured bind matches; "only" replaces the
+      # configured binds with the activated sockets. Listeners.bind then
+      # adopts them by address as for any bind.
+      def binds(configured, options)
+        mode = options[:bind_to_activated_sockets]
+        return configured unless mode
+
+        addresses = take.filter_map(&:address)
+        if mode == "only"
+          raise BindError, "bind_to_activated_sockets 'only': no socket was handed over (LISTEN_FDS)" if addresses.empty?
+
+          return addresses
+        end
+        configured + addresses.reject { |address| configured.any? { |uri| serves?(address, uri) } }
       end
 
       def close(activated)

@@ -17,6 +17,7 @@ const LIMITS: Limits = Limits {
     max_uri_size: 256,
     max_header_size: 2048,
     max_headers: 16,
+    known_methods_only: true,
 };
 
 /// What a connection would end up with: the head (or error) and the bytes

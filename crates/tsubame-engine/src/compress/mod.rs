@@ -1,5 +1,5 @@
 //! Response compression (`--compress`): whole in-memory bodies the app
-//! returned (Array bodies) are gzip- or brotli-encoded by the engine, on a
+//! returned (Array bodies) are gzip-, zstd- or brotli-encoded by the engine, on a
 //! blocking-pool thread, never on an app thread; streamed bodies are
 //! encoded batch by batch as they stream (`stream.rs`). What is compressed
 //! and what is left alone is decided in `decide.rs` from the response head;
@@ -14,6 +14,10 @@ use crate::files::encoding::{choose, Coding};
 use bytes::Bytes;
 use std::io::Write;
 pub(crate) use stream::StreamEncoder;
+
+/// The codings `--compress` produces, preferred in this order when the
+/// client's q-values tie (as for precompressed files: `files/encoding.rs`).
+const ENCODERS: &[Coding] = &[Coding::Br, Coding::Zstd, Coding::Gzip];
 
 /// What compression may do for one request: its Accept-Encoding (the first
 /// line, kept while the head goes to the app), or nothing at all.
@@ -80,7 +84,7 @@ impl Compression {
                 close,
             } => {
                 let (head, encoder) = if decide::stream_allowed(&head, framing, wanted.http2, self) {
-                    match choose(accept.as_deref(), &[Coding::Br, Coding::Gzip]) {
+                    match choose(accept.as_deref(), ENCODERS) {
                         Some(coding) => (
                             head::rewrite(&head, coding, None).into(),
                             Some(StreamEncoder::new(coding)),
@@ -113,7 +117,7 @@ impl Compression {
         let Some(plan) = decide::plan(&data, body_len, self) else {
             return unchanged(data);
         };
-        let Some(coding) = choose(accept.as_deref(), &[Coding::Br, Coding::Gzip]) else {
+        let Some(coding) = choose(accept.as_deref(), ENCODERS) else {
             // Compressible, so the answer varies with Accept-Encoding even
             // when this client gets it plain.
             return unchanged(head::add_vary(&data, plan.head_len).into());
@@ -138,7 +142,8 @@ impl Compression {
     }
 }
 
-/// gzip at level 6 (nginx's and most proxies' default), brotli at quality 5
+/// gzip at level 6 (nginx's and most proxies' default), zstd at level 3
+/// (its default: faster than gzip 6 and smaller), brotli at quality 5
 /// (close to gzip's speed, smaller).
 fn encode(body: &[u8], coding: Coding) -> std::io::Result<Vec<u8>> {
     match coding {
@@ -148,7 +153,8 @@ fn encode(body: &[u8], coding: Coding) -> std::io::Result<Vec<u8>> {
             encoder.write_all(body)?;
             encoder.finish()
         }
-        _ => {
+        Coding::Zstd => zstd::bulk::compress(body, ZSTD_LEVEL),
+        Coding::Br => {
             let mut out = Vec::with_capacity(body.len() / 3);
             {
                 let mut encoder = brotli::CompressorWriter::new(&mut out, 64 * 1024, 5, 22);
@@ -159,6 +165,9 @@ fn encode(body: &[u8], coding: Coding) -> std::io::Result<Vec<u8>> {
         }
     }
 }
+
+/// zstd's own default level.
+pub(crate) const ZSTD_LEVEL: i32 = 3;
 
 #[cfg(test)]
 mod tests {
@@ -219,6 +228,26 @@ mod tests {
             .read_to_end(&mut plain)
             .unwrap();
         assert_eq!(plain, body);
+    }
+
+    #[test]
+    fn zstd_round_trips_and_ties_go_to_brotli_then_zstd() {
+        let body = "hello compressible world. ".repeat(200).into_bytes();
+        let page = || full("HTTP/1.1 200 OK\r\ncontent-type: text/html", &body);
+        let (head, zst) = run(page(), Some(b"gzip;q=0.5, zstd"));
+        assert!(head.contains("content-encoding: zstd\r\n"), "{head}");
+        assert!(head.contains(&format!("content-length: {}\r\n", zst.len())), "{head}");
+        assert_eq!(zstd::stream::decode_all(&zst[..]).unwrap(), body);
+        let (head, _) = run(page(), Some(b"gzip, zstd"));
+        assert!(
+            head.contains("content-encoding: zstd\r\n"),
+            "zstd before gzip on a tie: {head}"
+        );
+        let (head, _) = run(page(), Some(b"gzip, zstd, br"));
+        assert!(
+            head.contains("content-encoding: br\r\n"),
+            "brotli first on a tie: {head}"
+        );
     }
 
     #[test]

@@ -16,15 +16,20 @@ const OFFLOAD: usize = 16 * 1024;
 
 enum Encoder {
     Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Zstd(Box<zstd::stream::write::Encoder<'static, Vec<u8>>>),
     Br(Box<brotli::CompressorWriter<Vec<u8>>>),
 }
 
 impl Encoder {
-    fn new(coding: Coding) -> Encoder {
-        match coding {
+    fn new(coding: Coding) -> std::io::Result<Encoder> {
+        Ok(match coding {
             Coding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6))),
-            _ => Encoder::Br(Box::new(brotli::CompressorWriter::new(Vec::new(), 16 * 1024, 5, 22))),
-        }
+            Coding::Zstd => Encoder::Zstd(Box::new(zstd::stream::write::Encoder::new(
+                Vec::new(),
+                super::ZSTD_LEVEL,
+            )?)),
+            Coding::Br => Encoder::Br(Box::new(brotli::CompressorWriter::new(Vec::new(), 16 * 1024, 5, 22))),
+        })
     }
 
     /// Encodes `input`, then flushes (or finishes, when `last`) so every
@@ -39,6 +44,7 @@ impl Encoder {
         }
         let flushed = match &mut self {
             Encoder::Gzip(gz) => gz.flush().map(|()| std::mem::take(gz.get_mut())),
+            Encoder::Zstd(zs) => zs.flush().map(|()| std::mem::take(zs.get_mut())),
             Encoder::Br(br) => br.flush().map(|()| std::mem::take(br.get_mut())),
         };
         (Some(self), flushed)
@@ -47,6 +53,7 @@ impl Encoder {
     fn write(&mut self, input: &[Bytes]) -> std::io::Result<()> {
         let writer: &mut dyn Write = match self {
             Encoder::Gzip(gz) => gz,
+            Encoder::Zstd(zs) => zs.as_mut(),
             Encoder::Br(br) => br.as_mut(),
         };
         input.iter().try_for_each(|piece| writer.write_all(piece))
@@ -55,6 +62,7 @@ impl Encoder {
     fn finish(self) -> std::io::Result<Vec<u8>> {
         match self {
             Encoder::Gzip(gz) => gz.finish(),
+            Encoder::Zstd(zs) => zs.finish(),
             // into_inner writes the last block before giving the Vec back.
             Encoder::Br(br) => Ok(br.into_inner()),
         }
@@ -82,7 +90,7 @@ pub(crate) struct EncodeFailed;
 impl StreamEncoder {
     pub(crate) fn new(coding: Coding) -> StreamEncoder {
         StreamEncoder {
-            encoder: Some(Encoder::new(coding)),
+            encoder: Encoder::new(coding).ok(),
         }
     }
 
@@ -174,6 +182,28 @@ mod tests {
             wire.push(data(&batch));
         }
         wire
+    }
+
+    #[test]
+    fn zstd_flushes_each_batch_and_finishes_at_the_end() {
+        let events: [&[&[u8]]; 3] = [&[b"data: one\n\n"], &[b"data: two\n\n", b"data: three\n\n"], &[]];
+        let wire = batches(Coding::Zstd, &events);
+        // A flushed zstd frame decodes up to the flush without the frame's end.
+        let mut first = Vec::new();
+        let mut decoder = zstd::stream::read::Decoder::new(&wire[0][..]).unwrap();
+        let mut buf = [0u8; 64];
+        while let Ok(n) = decoder.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            first.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(first, b"data: one\n\n");
+        let whole = wire.concat();
+        assert_eq!(
+            zstd::stream::decode_all(&whole[..]).unwrap(),
+            b"data: one\n\ndata: two\n\ndata: three\n\n"
+        );
     }
 
     #[test]

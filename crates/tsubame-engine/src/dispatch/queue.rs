@@ -434,6 +434,7 @@ pub(crate) mod tests {
             max_uri_size: 100,
             max_header_size: 1000,
             max_headers: 10,
+            known_methods_only: true,
         };
         let head = parse_head(&mut buf, &limits).unwrap().unwrap();
         let listener = Arc::new(ListenerInfo {

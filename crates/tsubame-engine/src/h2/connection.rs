@@ -23,7 +23,7 @@ use crate::h2::io::{HeldWrites, Passes};
 use crate::health;
 use crate::log::{self, AccessEntry};
 use crate::message::body::{Body, BodySink};
-use crate::message::head::{is_known_method, Framing, RequestHead, Version};
+use crate::message::head::{Framing, RequestHead, Version};
 use crate::message::response::StreamFraming;
 use crate::message::response::{error_response, unavailable_response};
 use crate::net::client_io::ClientIo;
@@ -230,7 +230,7 @@ async fn serve_stream(
 /// host, and as a `host` header when the client sent none).
 fn request_head(parts: &http::request::Parts, shared: &Shared) -> Result<RequestHead, HttpError> {
     let method = Bytes::copy_from_slice(parts.method.as_str().as_bytes());
-    if !is_known_method(&method) {
+    if !shared.opts.http_methods.allows(&method) {
         return Err(HttpError::NotImplemented("request method not supported"));
     }
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());

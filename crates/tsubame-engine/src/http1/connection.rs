@@ -84,6 +84,14 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         };
         served += 1;
         let received_at = Instant::now();
+        // With `supported_http_methods` set the parser took any method.
+        if !shared.limits.known_methods_only && !shared.opts.http_methods.allows(&head.method) {
+            let e = HttpError::NotImplemented("request method not supported");
+            return refuse(&mut io, &mut buf, &shared, &conn, e).await;
+        }
+        // `max_keep_alive`: the response to the last request allowed
+        // closes the connection, as Puma does.
+        let within_limit = shared.opts.max_keep_alive.is_none_or(|max| served < max);
         if let (Framing::Length(len), Some(limit)) = (head.framing, shared.opts.max_body_size) {
             // Before any 100 Continue: a client that asked first must hear
             // the refusal instead of an invitation to send the body.
@@ -108,7 +116,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         };
         if let Some(probe) = health::answer(&head, &shared) {
             // Probes are answered here and never reach the queue.
-            let keep = head.keep_alive && !shared.is_leaving();
+            let keep = head.keep_alive && within_limit && !shared.is_leaving();
             if !matches!(
                 timeout(shared.opts.body_timeout, send(&mut io, &probe)).await,
                 Ok(Ok(()))
@@ -123,7 +131,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         // the log line of a refused request; formatted only when written.
         let (method, target) = (head.method.clone(), head.target.clone());
         let wants_json = accepts_json(&head);
-        let keep_alive = head.keep_alive && !shared.is_leaving();
+        let keep_alive = head.keep_alive && within_limit && !shared.is_leaving();
         let version = head.version;
         // The public folder answers first; whatever it does not have goes
         // on to the app.

@@ -62,6 +62,7 @@ struct Layout {
     version: Version,
     headers: Vec<((usize, usize), (usize, usize))>,
     max_uri_size: usize,
+    known_methods_only: bool,
 }
 
 fn span(base: &[u8], part: &[u8]) -> (usize, usize) {
@@ -118,6 +119,7 @@ fn try_parse<'b>(
         version,
         headers,
         max_uri_size: limits.max_uri_size,
+        known_methods_only: limits.known_methods_only,
     }))
 }
 
@@ -280,7 +282,7 @@ impl Layout {
     fn build(self, raw: Bytes) -> Result<Option<RequestHead>, HttpError> {
         let slice = |(s, e): (usize, usize)| raw.slice(s..e);
         let method = slice(self.method);
-        if !KNOWN_METHODS.contains(&&method[..]) {
+        if self.known_methods_only && !KNOWN_METHODS.contains(&&method[..]) {
             return Err(HttpError::NotImplemented("request method not supported"));
         }
         let target = slice(self.target);
@@ -448,6 +450,7 @@ mod tests {
         max_uri_size: 100,
         max_header_size: 1024,
         max_headers: 10,
+        known_methods_only: true,
     };
 
     fn parse(raw: &str) -> Result<Option<RequestHead>, HttpError> {

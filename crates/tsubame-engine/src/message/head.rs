@@ -9,6 +9,9 @@ pub struct Limits {
     pub max_uri_size: usize,
     pub max_header_size: usize,
     pub max_headers: usize,
+    /// False when `supported_http_methods` is set: the connection checks
+    /// the method against that policy instead (see `message/methods.rs`).
+    pub known_methods_only: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,10 +70,6 @@ impl RequestHead {
     }
 }
 
-pub(crate) fn is_known_method(method: &[u8]) -> bool {
-    KNOWN_METHODS.contains(&method)
-}
-
 /// Methods a Rack app may see. Anything else is answered 501 by the engine,
 /// as Puma does; CONNECT is absent because Tsubame is not a proxy.
 pub(crate) const KNOWN_METHODS: &[&[u8]] = &[
@@ -97,4 +96,6 @@ pub(crate) const KNOWN_METHODS: &[&[u8]] = &[
     b"MKCALENDAR",
     b"LINK",
     b"UNLINK",
+    // RFC 10008; in Puma 8's default list.
+    b"QUERY",
 ];

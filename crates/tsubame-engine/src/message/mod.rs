@@ -4,4 +4,5 @@
 pub mod body;
 pub mod date;
 pub mod head;
+pub mod methods;
 pub mod response;

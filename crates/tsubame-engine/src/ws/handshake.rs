@@ -217,6 +217,7 @@ mod tests {
             max_uri_size: 1024,
             max_header_size: 8192,
             max_headers: 50,
+            known_methods_only: true,
         };
         parse_head(&mut BytesMut::from(raw.as_bytes()), &limits)
             .expect("a valid request")

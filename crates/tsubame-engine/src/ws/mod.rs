@@ -20,6 +20,7 @@
 
 mod base64;
 pub mod close;
+pub mod deflate;
 pub mod frame;
 pub mod handshake;
 pub mod message;

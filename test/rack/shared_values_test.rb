@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+require "rack/support"
+
+# What a request costs Ruby in objects: env values that repeat from request
+# to request are shared frozen strings, a request without a body shares one
+# empty rack.input, and a hello-world request stays within its object budget
+# (docs/ARCHITECTURE.md, "The request path", step 6).
+class SharedValuesTest < Minitest::Test
+  include Tsubame::TestHelpers
+  include Tsubame::RackSupport
+
+  # Keeps the previous request's values alive, so "the same object" below
+  # means shared, not merely reused memory.
+  SHARING_APP = <<~'RUBY'
+    require "json"
+    previous = {}
+    keys = %w[HTTP_HOST HTTP_USER_AGENT HTTP_ACCEPT REMOTE_ADDR SERVER_NAME SERVER_PORT HTTP_COOKIE PATH_INFO rack.input]
+    run lambda { |env|
+      input = env["rack.input"]
+      report = {
+        "same_as_previous" => keys.select { |k| previous[k] && previous[k].equal?(env[k]) },
+        "frozen" => keys.select { |k| env[k].frozen? },
+        "path_is_request_path" => env["PATH_INFO"].equal?(env["REQUEST_PATH"]),
+        "reads" => [input.read, input.read(4), input.gets, input.rewind, input.read(0)],
+        "each" => [].tap { |lines| input.each { |line| lines << line } },
+      }
+      input.rewind
+      buffer = +"left over"
+      report["read_into_buffer"] = [input.read(4, buffer), buffer]
+      previous = keys.to_h { |k| [k, env[k]] }
+      text = JSON.generate(report)
+      [200, { "content-type" => "application/json", "content-length" => text.bytesize.to_s }, [text]]
+    }
+  RUBY
+
+  BROWSER_HEADERS = "Host: example.com:8080\r\nUser-Agent: test/1.0\r\nAccept: */*\r\nCookie: id=1\r\n"
+
+  def keep_alive_get(sock, path, headers = BROWSER_HEADERS)
+    sock.write("GET #{path} HTTP/1.1\r\n#{headers}\r\n")
+    head = +""
+    head << sock.readpartial(1) until head.end_with?("\r\n\r\n")
+    length = head[/content-length: (\d+)/i, 1].to_i
+    body = +""
+    body << sock.readpartial(length - body.bytesize) while body.bytesize < length
+    assert_match %r{\AHTTP/1\.1 200 }, head
+    body
+  end
+
+  def test_repeating_values_are_shared_frozen_strings_and_bodyless_requests_share_one_empty_input
+    with_server(SHARING_APP, lint: false) do |s|
+      sock = s.socket
+      keep_alive_get(sock, "/one")
+      report = JSON.parse(keep_alive_get(sock, "/two"))
+      shared = %w[HTTP_HOST HTTP_USER_AGENT HTTP_ACCEPT REMOTE_ADDR SERVER_NAME SERVER_PORT rack.input]
+      assert_equal shared.sort, report["same_as_previous"].sort, s.stderr
+      assert_equal (shared - ["rack.input"]).sort, report["frozen"].sort,
+                   "a cookie and the path are the request's own, unfrozen strings"
+      assert_equal true, report["path_is_request_path"]
+      assert_equal ["", nil, nil, 0, ""], report["reads"]
+      assert_equal [], report["each"]
+      assert_equal [nil, ""], report["read_into_buffer"], "read(4, buf) at EOF: nil, buf emptied"
+    ensure
+      sock&.close
+    end
+  end
+
+  def test_a_request_with_a_body_gets_its_own_input
+    with_server(SHARING_APP, lint: false) do |s|
+      sock = s.socket
+      keep_alive_get(sock, "/empty")
+      sock.write("POST /body HTTP/1.1\r\nHost: example.com:8080\r\nContent-Length: 11\r\n\r\nline1\nrest!")
+      data = +""
+      data << sock.readpartial(65_536) until (body = data[/\r\n\r\n(\{.*\})\z/m, 1])
+      report = JSON.parse(body)
+      refute_includes report["same_as_previous"], "rack.input"
+      assert_equal ["line1\nrest!", nil, nil, 0, ""], report["reads"]
+      assert_equal ["line1\n", "rest!"], report["each"]
+      assert_equal ["line", "line"], report["read_into_buffer"]
+    ensure
+      sock&.close
+    end
+  end
+
+  BUDGET_APP = <<~'RUBY'
+    # frozen_string_literal: true
+
+    run lambda { |env|
+      if env["PATH_INFO"] == "/allocated"
+        text = GC.stat(:total_allocated_objects).to_s
+        [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]]
+      else
+        [200, { "content-type" => "text/plain" }, ["OK Rack"]]
+      end
+    }
+  RUBY
+
+  # 3 objects are the app's (the response Array, its headers Hash, the body
+  # Array); the server's 5 are the request, the env, PATH_INFO, REQUEST_URI
+  # and the rack.response_finished Array. One more would be a regression.
+  def test_a_hello_world_request_allocates_at_most_eight_objects
+    with_server(BUDGET_APP, lint: false, args: ["-t", "1:1"]) do |s|
+      sock = s.socket
+      count = 500
+      host = "Host: example.com\r\n"
+      20.times { keep_alive_get(sock, "/", host) }
+      before = keep_alive_get(sock, "/allocated", host).to_i
+      count.times { keep_alive_get(sock, "/", host) }
+      after = keep_alive_get(sock, "/allocated", host).to_i
+      per_request = (after - before).fdiv(count + 1)
+      assert_operator per_request, :<=, 8.05, "#{after - before} objects for #{count + 1} requests"
+    ensure
+      sock&.close
+    end
+  end
+end

@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+
+# What a server process carries besides the app: the bench and tune front
+# ends and YAML are loaded only by their subcommands and the state file,
+# and the request-timeout watchdog thread exists only with a timeout set.
+class FootprintTest < Minitest::Test
+  include Tsubame::TestHelpers
+
+  REPORT_APP = <<~'RUBY'
+    # frozen_string_literal: true
+
+    require "json"
+    run lambda { |_env|
+      text = JSON.generate("features" => $LOADED_FEATURES, "threads" => Thread.list.map(&:name).compact)
+      [200, { "content-type" => "application/json", "content-length" => text.bytesize.to_s }, [text]]
+    }
+  RUBY
+
+  def report(server)
+    reply = server.get("/")
+    assert_equal "200", reply.code, server.stderr
+    JSON.parse(reply.body)
+  end
+
+  def test_a_server_loads_no_bench_tune_or_yaml_and_runs_no_watchdog_without_a_timeout
+    with_server(REPORT_APP, lint: false) do |s|
+      r = report(s)
+      assert_empty r["features"].grep(%r{tsubame/(bench|tune)|/psych|/yaml\.rb}), "loaded by a plain server"
+      assert_includes r["threads"], "tsubame-0"
+      refute_includes r["threads"], "tsubame-timeouts"
+    end
+  end
+
+  def test_a_request_timeout_starts_the_watchdog_and_a_state_file_is_written_as_yaml
+    Dir.mktmpdir do |dir|
+      state = File.join(dir, "state.yml")
+      with_server(REPORT_APP, lint: false, args: ["--request-timeout", "30", "-S", state]) do |s|
+        assert_includes report(s)["threads"], "tsubame-timeouts"
+        wait_for_file(state)
+        require "yaml"
+        assert_equal s.pid, YAML.safe_load(File.read(state))["pid"]
+      end
+    end
+  end
+end
