@@ -170,7 +170,8 @@ impl Default for EngineOptions {
             fiber_threads: 1,
             max_fibers: Some(10_000),
             http2: true,
-            tls_ticket_rotation: crate::net::tls::DEFAULT_TICKET_ROTATION,
+            // net::tls::DEFAULT_TICKET_ROTATION (options.rs imports nothing from net/).
+            tls_ticket_rotation: Duration::from_secs(3600),
             h2c: false,
             h2_max_concurrent_streams: 100,
             h2_initial_window_size: 1024 * 1024,

@@ -13,6 +13,7 @@ pub(crate) mod rewind;
 pub mod tls;
 pub mod tls_certs;
 pub(crate) mod tls_ciphers;
+pub mod tls_error;
 pub(crate) mod tls_hijack;
 pub(crate) mod tls_query;
 pub(crate) mod tls_sni;

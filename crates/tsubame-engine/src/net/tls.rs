@@ -5,12 +5,12 @@
 
 use crate::net::tls_certs::{directory_pairs, load_certs, CertSpec, Passwords, PemSource};
 use crate::net::tls_ciphers::CipherChoice;
+pub use crate::net::tls_error::TlsError;
 use crate::net::tls_sni::SniResolver;
 use crate::net::tls_tickets::SharedTickets;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
 use rustls::{RootCertStore, ServerConfig};
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -100,18 +100,6 @@ impl TlsSettings {
         }
     }
 }
-
-/// A file that cannot serve as certificate, key or CA, named in the message.
-#[derive(Debug)]
-pub struct TlsError(pub String);
-
-impl fmt::Display for TlsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TlsError {}
 
 /// A built configuration and the warning its cipher settings gave, if any.
 pub struct Built {

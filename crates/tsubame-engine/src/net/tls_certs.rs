@@ -3,7 +3,7 @@
 //! with the output of `key_password_command`, and an OCSP response to
 //! staple. Read at boot and again on every reload (HUP).
 
-use crate::net::tls::TlsError;
+use crate::net::tls_error::TlsError;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::sign::CertifiedKey;

@@ -10,7 +10,7 @@
 //! gives (the server's preference), and what it names that rustls lacks is
 //! reported. An empty intersection is a configuration error.
 
-use crate::net::tls::TlsError;
+use crate::net::tls_error::TlsError;
 use rustls::crypto::ring::cipher_suite as suite;
 use rustls::SupportedCipherSuite;
 
