@@ -158,4 +158,16 @@ class TlsPumaOptionsTest < Minitest::Test
       end
     end
   end
+
+  # What a hot restart puts in the environment to hand the sockets over:
+  # a bind carrying PEM text (or the password command) by a digest only.
+  def test_hot_restart_handover_names_pem_binds_by_digest
+    pem = File.read(certs.path("server.key"))
+    uri = "ssl://127.0.0.1:9443?cert_pem=x&key_pem=#{pem.gsub(/\s/) { |c| format("%%%02X", c.ord) }}"
+    key = Tsubame::BindURI.handover_key(uri)
+    assert_match(/\Asha256:\h{64}\z/, key)
+    assert_equal key, Tsubame::BindURI.handover_key(uri.dup), "the same bind, the same name after exec"
+    plain = "ssl://127.0.0.1:9443?cert=/c.pem&key=/k.pem"
+    assert_equal plain, Tsubame::BindURI.handover_key(plain)
+  end
 end
