@@ -25,7 +25,7 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
                 openssl nghttp2-client haproxy nginx ruby-railties ruby-actionpack \
                 ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets \
-                systemd zstd prometheus chromium
+                systemd zstd prometheus chromium testssl.sh
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
@@ -56,7 +56,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-peers bench-files bench-websocket fleet gem native-gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -153,6 +153,17 @@ bench-io: deps build
 
 bench-tls: deps build
 	benchmarks/tls.sh
+
+# New TLS connections per second (openssl s_time -new), Tsubame's cluster
+# beside nginx on the same RSA and ECDSA certificates (docs/TLS_HTTP2.md).
+bench-tls-handshakes: deps build
+	benchmarks/tls_handshakes.sh
+
+# Debian's testssl against an ssl:// bind (RSA and ECDSA certificates):
+# fails on any finding of severity MEDIUM or above. Minutes per
+# certificate, so not part of `make test` (docs/TLS_HTTP2.md).
+testssl: deps build
+	ruby -w -Ilib -Itest test/tls_audit/testssl.rb
 
 # 1 MiB and 4 KiB files: Tsubame (to_path and --public) beside Debian's
 # nginx and Puma. nginx is installed here only (not by `make deps`);

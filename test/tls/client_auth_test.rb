@@ -52,4 +52,54 @@ class TlsClientAuthTest < Minitest::Test
       assert_refused(port, **client("stranger"))
     end
   end
+
+  # A CRL from the test CA revoking the certificates named (none: an
+  # empty CRL), PEM.
+  def crl_pem(*revoked)
+    ca = OpenSSL::X509::Certificate.new(File.read(certs.path("ca.pem")))
+    crl = OpenSSL::X509::CRL.new
+    crl.version = 1
+    crl.issuer = ca.subject
+    crl.last_update = Time.now - 60
+    crl.next_update = Time.now + 86_400
+    revoked.each do |name|
+      entry = OpenSSL::X509::Revoked.new
+      entry.serial = OpenSSL::X509::Certificate.new(File.read(certs.path("#{name}.pem"))).serial
+      entry.time = Time.now - 30
+      crl.add_revoked(entry)
+    end
+    # webpki wants what RFC 5280 says a CRL has: its number and the
+    # issuer's key identifier.
+    factory = OpenSSL::X509::ExtensionFactory.new
+    factory.issuer_certificate = ca
+    factory.crl = crl
+    crl.add_extension(OpenSSL::X509::Extension.new("crlNumber", OpenSSL::ASN1::Integer.new(1).to_der))
+    crl.add_extension(factory.create_extension("authorityKeyIdentifier", "keyid:always"))
+    crl.sign(OpenSSL::PKey.read(File.read(certs.path("ca.key"))), OpenSSL::Digest.new("SHA256"))
+    crl.to_pem
+  end
+
+  # Puma's verification_flags CRL_CHECK: client certificates are checked
+  # against the CRLs in the ca file (OpenSSL reads them from its store).
+  def test_crl_check_refuses_a_revoked_client_certificate
+    in_tmpdir do |dir|
+      revoked = write_file(dir, "revoked.pem", File.read(certs.path("ca.pem")) + crl_pem("client"))
+      clean = write_file(dir, "clean.pem", File.read(certs.path("ca.pem")) + crl_pem)
+      { revoked => false, clean => true }.each do |ca, accepted|
+        bind = ssl_bind(extra: "&ca=#{ca}&verify_mode=force_peer&verification_flags=CRL_CHECK")
+        with_server(APP, args: ["-b", bind]) do |server|
+          port = ssl_port(server)
+          if accepted
+            assert_equal "hello https", get(port, **client("client"))
+          else
+            assert_refused(port, **client("client"))
+          end
+        end
+      end
+      # Without CRL_CHECK the CRL is not consulted, as in OpenSSL.
+      with_server(APP, args: ["-b", ssl_bind(extra: "&ca=#{revoked}&verify_mode=force_peer")]) do |server|
+        assert_equal "hello https", get(ssl_port(server), **client("client"))
+      end
+    end
+  end
 end

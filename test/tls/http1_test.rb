@@ -110,7 +110,7 @@ class TlsHttp1Test < Minitest::Test
         ssl_bind(key: dir) => [dir, /key/],
         ssl_bind(cert: certs.path("server2.pem")) => [certs.path("server2.pem"), /does not go with certificate/],
         "#{ssl_bind}&verify_mode=force_peer" => ["ca=PATH", /need ca=PATH/],
-        "#{ssl_bind}&cert_pem=x" => ["cert_pem", /not supported/],
+        "#{ssl_bind}&keystore=x" => ["keystore", /JRuby/],
         "ssl://127.0.0.1:0" => ["cert=PATH", /needs cert=PATH and key=PATH/]
       }
       cases.each do |bind, (named, reason)|

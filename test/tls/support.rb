@@ -40,6 +40,9 @@ module Tsubame
         leaf("server2", "other_ca", "localhost", server: true)
         leaf("client", "ca", "client", server: false)
         leaf("stranger", "other_ca", "stranger", server: false)
+        leaf("site_a", "ca", "a.test", server: true, names: "DNS:a.test")
+        leaf("site_c", "other_ca", "c.test", server: true, names: "DNS:c.test")
+        leaf("site_b", "ca", "b.test", server: true, names: "DNS:b.test,DNS:*.b.test")
       end
 
       private
@@ -54,16 +57,62 @@ module Tsubame
                 "-keyout", "#{name}.key", "-out", "#{name}.pem", "-days", "2", "-subj", "/CN=Tsubame test #{name}")
       end
 
-      def leaf(name, issuer, common_name, server:)
+      def leaf(name, issuer, common_name, server:, names: "DNS:localhost,IP:127.0.0.1")
         openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                 "-keyout", "#{name}.key", "-out", "#{name}.csr", "-subj", "/CN=#{common_name}")
         usage = server ? "serverAuth" : "clientAuth"
-        alt = server ? "subjectAltName=DNS:localhost,IP:127.0.0.1\n" : ""
+        alt = server ? "subjectAltName=#{names}\n" : ""
         File.write(path("#{name}.ext"),
                    "#{alt}basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=#{usage}\n")
         openssl("x509", "-req", "-in", "#{name}.csr", "-CA", "#{issuer}.pem", "-CAkey", "#{issuer}.key",
                 "-CAcreateserial", "-out", "#{name}.pem", "-days", "2", "-extfile", "#{name}.ext")
       end
+    end
+
+    # A server whose binds all come from a config file (a -b flag would
+    # replace them): for ssl_bind options and several certificates on one
+    # address.
+    class ConfigServer < TestServer
+      def initialize(rackup, config, env: {})
+        @dir = Dir.mktmpdir("tsubame-srv")
+        @log_path = File.join(@dir, "server.log")
+        @err_path = File.join(@dir, "server.err")
+        ru = File.join(@dir, "config.ru")
+        File.write(ru, rackup)
+        conf = File.join(@dir, "tsubame.rb")
+        File.write(conf, config)
+        @pid = Process.spawn(env, RbConfig.ruby, "-w", TestHelpers::EXE, "-C", conf, ru,
+                             out: @log_path, err: @err_path, in: File::NULL)
+        wait_for_banner
+      end
+    end
+
+    def with_config_server(rackup, config, env: {})
+      server = ConfigServer.new(rackup, config, env: env)
+      yield server
+    ensure
+      server&.kill
+    end
+
+    # A TLS connection with Ruby's OpenSSL; the block gets the socket.
+    # hostname: the SNI name (nil sends none).
+    def tls_connect(port, hostname: "localhost", ca: nil, version: nil, ciphers: nil)
+      context = OpenSSL::SSL::SSLContext.new
+      if ca
+        context.ca_file = ca
+        context.verify_mode = OpenSSL::SSL::VERIFY_PEER
+      else
+        context.verify_mode = OpenSSL::SSL::VERIFY_NONE
+      end
+      context.min_version = context.max_version = version if version
+      context.ciphers = ciphers if ciphers
+      ssl = OpenSSL::SSL::SSLSocket.new(TCPSocket.new("127.0.0.1", port), context)
+      ssl.hostname = hostname if hostname
+      ssl.sync_close = true
+      ssl.connect
+      yield ssl
+    ensure
+      ssl&.close
     end
 
     def certs

@@ -11,13 +11,35 @@ pub enum BindError {
 impl fmt::Display for BindError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BindError::Invalid { uri, reason } => write!(f, "{uri}: {reason}"),
-            BindError::Io { uri, source } => write!(f, "{uri}: {source}"),
+            BindError::Invalid { uri, reason } => write!(f, "{}: {reason}", redacted(uri)),
+            BindError::Io { uri, source } => write!(f, "{}: {source}", redacted(uri)),
         }
     }
 }
 
 impl std::error::Error for BindError {}
+
+/// The URI with the values of secret-bearing keys (`key_pem`, `cert_pem`,
+/// `key_password_command`, and their numbered forms) replaced by their
+/// length, so an error message or warning never prints a private key.
+pub fn redacted(uri: &str) -> String {
+    let Some((location, query)) = uri.split_once('?') else {
+        return uri.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value))
+                if ["key_pem", "cert_pem", "key_password_command"]
+                    .contains(&name.split('.').next().unwrap_or(name)) =>
+            {
+                format!("{name}=[{} bytes]", value.len())
+            }
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{location}?{}", pairs.join("&"))
+}
 
 /// A request the engine answers itself, never reaching the application.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

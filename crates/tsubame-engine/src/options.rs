@@ -88,6 +88,9 @@ pub struct EngineOptions {
     pub max_fibers: Option<usize>,
     /// Offer HTTP/2 by ALPN on TLS binds.
     pub http2: bool,
+    /// How often the session-ticket key of TLS binds changes
+    /// (`net/tls_tickets.rs`).
+    pub tls_ticket_rotation: Duration,
     /// Cleartext HTTP/2 with prior knowledge on every plain TCP/UNIX bind
     /// (a bind can also ask for it with `h2c=true`).
     pub h2c: bool,
@@ -189,6 +192,8 @@ impl Default for EngineOptions {
             fiber_threads: 1,
             max_fibers: Some(10_000),
             http2: true,
+            // net::tls::DEFAULT_TICKET_ROTATION (options.rs imports nothing from net/).
+            tls_ticket_rotation: Duration::from_secs(3600),
             h2c: false,
             h2_max_concurrent_streams: 100,
             h2_initial_window_size: 1024 * 1024,

@@ -84,6 +84,7 @@ impl Engine {
             spec.proxy = spec.proxy.or(proxy);
             if let Some(tls) = &mut spec.tls {
                 tls.http2 = opts.http2;
+                tls.ticket_rotation = opts.tls_ticket_rotation;
             }
             spec.h2c |= opts.h2c && spec.tls.is_none();
             listeners.extend(spec.bind(opts.backlog)?);

@@ -38,6 +38,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let native = ruby.define_module("Tsubame")?.define_module("Native")?;
 
     native.define_module_function("bind_listeners", function!(listeners::bind_listeners, 2))?;
+    native.define_module_function("seed_tls_tickets", function!(listeners::seed_tls_tickets, 0))?;
     native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
     native.define_module_function("rack3=", function!(rack_env::set_rack3, 1))?;
     native.define_module_function("fd_read", function!(raw_io::fd_read, 2))?;

@@ -27,3 +27,12 @@ pub fn bind_listeners(ruby: &Ruby, uri: String, backlog: u32) -> Result<RArray, 
     }
     Ok(pairs)
 }
+
+/// `Tsubame::Native.seed_tls_tickets`: makes this process's session-ticket
+/// secret now. The cluster master calls it before forking, so every worker
+/// inherits the same secret and a ticket one worker issued resumes on any
+/// other (crates/tsubame-engine/src/net/tls_tickets.rs). False when the
+/// system had no randomness to give.
+pub fn seed_tls_tickets() -> bool {
+    tsubame_engine::net::tls_tickets::seed_tickets()
+}

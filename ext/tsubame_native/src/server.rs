@@ -70,6 +70,7 @@ const OPTION_KEYS: &[&str] = &[
     "fiber_threads",
     "max_fibers",
     "http2",
+    "tls_ticket_rotation",
     "h2c",
     "h2_max_concurrent_streams",
     "h2_initial_window_size",
@@ -216,6 +217,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         fiber_threads: r.get("fiber_threads")?.unwrap_or(d.fiber_threads),
         max_fibers: r.optional("max_fibers", d.max_fibers)?,
         http2: r.get("http2")?.unwrap_or(d.http2),
+        tls_ticket_rotation: r.seconds("tls_ticket_rotation", d.tls_ticket_rotation)?,
         h2c: r.get("h2c")?.unwrap_or(d.h2c),
         h2_max_concurrent_streams: r
             .get("h2_max_concurrent_streams")?

@@ -100,6 +100,9 @@ module Tsubame
       preload
       @listeners = Listeners.bind(SelfSigned.binds(@options), @options[:backlog],
                                   activated_binds: @options[:bind_to_activated_sockets])
+      # Before any fork: workers inherit one session-ticket secret, so a
+      # client resumes its TLS session on whichever worker it reaches.
+      Native.seed_tls_tickets
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe

@@ -55,5 +55,96 @@ module Tsubame
     def display(uri)
       uri.sub(%r{\Atcp://}, "http://").sub(%r{\Assl://}, "https://")
     end
+
+    # The query keys that describe one certificate of a TLS bind; the
+    # other TLS keys (ca, verify_mode, ciphers, reuse, sni_dir) are the
+    # bind's.
+    CERT_KEYS = %w[cert key cert_pem key_pem key_password_command ocsp sni].freeze
+
+    # Several certificates on one address (SNI): `ssl_bind` repeated with
+    # `sni:` (or `bind "ssl://...&sni=host"`) for the same HOST:PORT is one
+    # listener, so those binds become one URI: the certificate without
+    # `sni` keeps the plain keys (it is the default, for clients that send
+    # no name), the others get numbered keys (`cert.1`, `key.1`,
+    # `sni.1`...), as crates/tsubame-engine/src/net/tls_query.rs reads them.
+    def merge_sni(binds)
+      merged = []
+      binds.each do |uri|
+        at = merged.index { |other| sni_partner?(other, uri) }
+        if at
+          merged[at] = combine(merged[at], uri)
+        else
+          merged << uri
+        end
+      end
+      merged
+    end
+
+    def sni_partner?(one, other)
+      return false unless one.start_with?("ssl://") && other.start_with?("ssl://")
+      return false unless one.split("?", 2).first == other.split("?", 2).first
+
+      [one, other].any? { |uri| query_pairs(uri).any? { |name, _| name.split(".", 2).first == "sni" } }
+    end
+
+    def query_pairs(uri)
+      uri.split("?", 2)[1].to_s.split("&").reject(&:empty?).map { |pair| pair.split("=", 2).push("")[0, 2] }
+    end
+
+    # Certificates as { key => value } hashes, and the bind's own keys.
+    def certificates_of(uri)
+      certs = Hash.new { |hash, index| hash[index] = {} }
+      shared = {}
+      query_pairs(uri).each do |name, value|
+        base, index = name.split(".", 2)
+        if CERT_KEYS.include?(base)
+          certs[index.to_i][base] = value
+        else
+          shared[name] = value
+        end
+      end
+      [certs.keys.sort.map { |index| certs[index] }, shared]
+    end
+
+    def combine(one, other)
+      location = one.split("?", 2).first
+      certs_one, shared = certificates_of(one)
+      certs_other, shared_other = certificates_of(other)
+      shared_other.each do |name, value|
+        if shared.key?(name) && shared[name] != value
+          raise ConfigError, "#{location}: the binds for its SNI certificates disagree on #{name} " \
+                             "(#{shared[name].inspect} and #{value.inspect}); settings other than the " \
+                             "certificate are the listener's, give them once"
+        end
+        shared[name] = value
+      end
+      certs = certs_one + certs_other
+      defaults = certs.reject { |cert| cert.key?("sni") }
+      if defaults.size > 1
+        raise ConfigError, "#{location}: #{defaults.size} certificates without sni; give sni: \"HOST\" to " \
+                           "every certificate but the default one"
+      end
+      ordered = defaults + (certs - defaults)
+      pairs = shared.map { |name, value| "#{name}=#{value}" }
+      ordered.each_with_index do |cert, index|
+        suffix = index.zero? ? "" : ".#{index}"
+        cert.each { |name, value| pairs << "#{name}#{suffix}=#{value}" }
+      end
+      "#{location}?#{pairs.join("&")}"
+    end
+
+    # A URI that carries secrets (PEM text, the password command) is not
+    # put in the environment a hot restart hands over; a digest stands
+    # for it there.
+    SECRET_KEYS = /[?&](?:key_pem|cert_pem|key_password_command)(?:\.\d+)?=/.freeze
+
+    def handover_key(uri)
+      return uri unless SECRET_KEYS.match?(uri)
+
+      require "digest"
+      "sha256:#{Digest::SHA256.hexdigest(uri)}"
+    end
+
+    private_class_method :sni_partner?, :query_pairs, :certificates_of, :combine
   end
 end

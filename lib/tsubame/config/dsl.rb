@@ -61,13 +61,18 @@ module Tsubame
 
     # Puma's ssl_bind: the same bind as ssl://HOST:PORT?cert=...&key=...
     # Without cert: and key:, a self-signed certificate (tls_self_signed).
-    # Options Tsubame cannot honour (cert_pem, key_pem, keystore, cipher
-    # filters) fail the boot naming the option rather than being dropped.
+    # Every key goes into the query (PEM text of cert_pem/key_pem too,
+    # escaped); the engine checks them (net/tls_query.rs), so an option
+    # Tsubame cannot honour (keystore) fails the boot naming it rather
+    # than being dropped. Repeated with sni: "host" for one address, the
+    # binds become one listener with several certificates
+    # (BindURI.merge_sni). docs/TLS_HTTP2.md lists the options.
     def ssl_bind(host, port, opts = {})
       # Puma's form without cert and key: a development certificate for
       # localhost (Puma takes it from the localhost gem).
-      set(:tls_self_signed, true) unless opts.key?(:cert) || opts.key?(:cert_pem)
+      set(:tls_self_signed, true) unless %i[cert cert_pem sni_dir].any? { |key| opts.key?(key) }
       params = opts.map do |key, value|
+        value = ssl_bind_value(key, value)
         next if value.nil?
 
         "#{key}=#{value.to_s.gsub(/[%&\s]/) { |c| format("%%%02X", c.ord) }}"
@@ -77,6 +82,27 @@ module Tsubame
       uri = "ssl://#{host}:#{BindURI.port(port)}"
       query = params.compact.join("&")
       @options.append(:binds, query.empty? ? uri : "#{uri}?#{query}", layer: LAYER)
+    end
+
+    # Puma's spellings: reuse: true or { size:, timeout: } (the session
+    # cache), verification_flags as an Array.
+    def ssl_bind_value(key, value)
+      case key.to_sym
+      when :reuse
+        return "dflt" if value == true
+        return nil unless value.is_a?(Hash) && (value.key?(:size) || value.key?(:timeout))
+
+        "#{value[:size]}#{",#{value[:timeout]}" if value[:timeout]}"
+      when :verification_flags then Array(value).join(",")
+      else value
+      end
+    end
+    private :ssl_bind_value
+
+    # How often the session-ticket key of TLS binds changes, in seconds
+    # (keys shared by all workers; docs/TLS_HTTP2.md).
+    def tls_ticket_rotation(seconds)
+      set(:tls_ticket_rotation, seconds)
     end
 
     # Puma's early_hints: env["rack.early_hints"] sends 103 responses.

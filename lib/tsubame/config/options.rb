@@ -107,6 +107,7 @@ module Tsubame
       access_log_file: nil,
       request_id: false,
       request_start_header: false,
+      tls_ticket_rotation: 3600.0,
       environment: "development",
       rackup: "config.ru",
       pidfile: nil,
@@ -190,7 +191,7 @@ module Tsubame
       queue_timeout max_queue max_connections max_spooled_uploads upload_memory retry_after
       health_check_path readiness_check_path readiness_queue_threshold
       readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
-      http2 h2c h2_max_concurrent_streams h2_initial_window_size
+      http2 tls_ticket_rotation h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
       proxy_protocol remote_address_header remote_address_value trusted_proxies
       public_dir public_index public_immutable compress compress_min_size compress_types
@@ -270,6 +271,7 @@ module Tsubame
       access_log_file: :optional_string,
       request_id: :boolean,
       request_start_header: :boolean,
+      tls_ticket_rotation: :seconds,
       environment: :string,
       rackup: :string,
       pidfile: :optional_string,

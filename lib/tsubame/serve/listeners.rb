@@ -2,6 +2,7 @@
 
 require "socket"
 require "tsubame/errors"
+require "tsubame/config/bind_uri"
 require "tsubame/restart/hot_restart"
 require "tsubame/serve/socket_activation"
 
@@ -43,8 +44,8 @@ module Tsubame
       entries = []
       notes = []
       from_systemd = HotRestart.activated_fds
-      binds.each do |uri|
-        if (fds = inherited.delete(uri))
+      BindURI.merge_sni(binds).each do |uri|
+        if (fds = inherited.delete(BindURI.handover_key(uri)))
           fds.each { |fd| entries << adopt(uri, fd, activated: from_systemd.include?(fd)) }
         elsif !adopt_only && !(found = SocketActivation.match(activated, uri)).empty?
           found.each do |socket|
@@ -126,7 +127,10 @@ module Tsubame
 
     # Bind parameters that describe the protocol rather than the socket,
     # so they go with the descriptor to the engine.
-    PROTOCOL_KEYS = %w[ssl cert key ca verify_mode h2c no_tlsv1 no_tlsv1_1 proxy_protocol].freeze
+    # Numbered forms (cert.1, sni.1...) go too: several certificates on one
+    # listener (BindURI.merge_sni).
+    PROTOCOL_KEYS = (%w[ssl ca verify_mode h2c no_tlsv1 no_tlsv1_1 proxy_protocol sni_dir ssl_cipher_filter
+                        ssl_ciphersuites reuse verification_flags] + BindURI::CERT_KEYS).freeze
 
     # What an engine is given instead of the configured binds: the
     # descriptor plus the bind's TLS settings (checked already, when the
@@ -174,7 +178,7 @@ module Tsubame
 
     # { configured URI => [fd, ...] }, as they are.
     def descriptors
-      @entries.each_with_object({}) { |entry, map| (map[entry.uri] ||= []) << entry.io.fileno }
+      @entries.each_with_object({}) { |entry, map| (map[BindURI.handover_key(entry.uri)] ||= []) << entry.io.fileno }
     end
 
     def empty?
@@ -197,7 +201,7 @@ module Tsubame
     def protocol_params(uri)
       scheme, rest = uri.split("://", 2)
       query = rest.to_s.split("?", 2)[1].to_s
-      params = query.split("&").select { |pair| PROTOCOL_KEYS.include?(pair.split("=", 2).first) }
+      params = query.split("&").select { |pair| PROTOCOL_KEYS.include?(pair.split("=", 2).first.split(".", 2).first) }
       params.unshift("ssl=true") if scheme == "ssl"
       params
     end

@@ -23,7 +23,10 @@ module Tsubame
       binds = options[:binds]
       return binds unless options[:tls_self_signed]
 
-      missing = binds.select { |uri| uri.start_with?("ssl://") && !uri.match?(/[?&]cert=/) }
+      # A bind that names a certificate some other way (cert_pem, several
+      # certificates by SNI, sni_dir) is not missing one.
+      named = /[?&](?:cert|cert_pem|sni_dir)(?:\.\d+)?=/
+      missing = binds.select { |uri| uri.start_with?("ssl://") && !uri.match?(named) }
       return binds if missing.empty?
 
       cert, key = write_files(owner)

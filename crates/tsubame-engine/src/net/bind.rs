@@ -22,7 +22,8 @@
 
 use crate::error::BindError;
 use crate::net::proxy_protocol::ProxyVersion;
-use crate::net::tls::{TlsListener, TlsSettings, VerifyMode};
+use crate::net::tls::{TlsListener, TlsSettings};
+use crate::net::tls_query::TlsQuery;
 use socket2::{Domain, Socket, Type};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::os::fd::RawFd;
@@ -92,7 +93,7 @@ impl BindSpec {
         let mut backlog = None;
         let mut busy_accept_delay = None;
         let mut ssl = scheme == "ssl";
-        let (mut cert, mut key_path, mut ca, mut verify_mode) = (None, None, None, VerifyMode::None);
+        let mut tls_query = TlsQuery::default();
         let mut h2c = false;
         let mut proxy = None;
         let (mut umask, mut mode) = (None, None);
@@ -145,21 +146,15 @@ impl BindSpec {
                             .ok_or_else(|| invalid("mode must be an octal number such as 0666"))?,
                     )
                 }
-                "cert" => cert = Some(PathBuf::from(percent_decode(value))),
-                "key" => key_path = Some(PathBuf::from(percent_decode(value))),
-                "ca" => ca = Some(PathBuf::from(percent_decode(value))),
-                "verify_mode" => {
-                    verify_mode = VerifyMode::parse(value)
-                        .ok_or_else(|| invalid("verify_mode must be none, peer or force_peer"))?
-                }
                 // TLS 1.0 and 1.1 are never offered (rustls speaks 1.2 and 1.3).
                 "no_tlsv1" | "no_tlsv1_1" => {}
-                "cert_pem" | "key_pem" | "keystore" | "keystore-pass" | "ssl_cipher_filter" | "ssl_ciphersuites"
-                | "verification_flags" | "ssl_ciphersuite" => {
+                "keystore" | "keystore-pass" | "keystore-type" | "truststore" | "truststore-pass"
+                | "truststore-type" | "cipher_suites" | "ssl_cipher_list" | "protocols" => {
                     return Err(invalid(&format!(
-                        "'{key}' is not supported by Tsubame; give PEM files with cert=PATH&key=PATH"
+                        "'{key}' is JRuby Puma's (a Java keystore); give PEM files with cert=PATH&key=PATH"
                     )))
                 }
+                _ if tls_query.accept(name, value, percent_decode).map_err(|e| invalid(&e))? => {}
                 _ => return Err(invalid(&format!("unknown bind parameter '{key}'"))),
             }
         }
@@ -189,24 +184,14 @@ impl BindSpec {
         }
         let unix_mode = mode.or(umask.map(|mask| 0o777 & !mask));
         let tls = if ssl {
-            let (Some(cert), Some(key)) = (cert, key_path) else {
-                return Err(invalid(
-                    "a TLS bind needs cert=PATH and key=PATH (or --tls-self-signed for development)",
-                ));
-            };
+            let settings = tls_query.settings().map_err(|e| invalid(&e))?;
             if h2c {
                 return Err(invalid(
                     "h2c is cleartext HTTP/2; a TLS bind negotiates h2 by ALPN instead",
                 ));
             }
-            Some(TlsSettings {
-                cert,
-                key,
-                ca,
-                verify_mode,
-                http2: true,
-            })
-        } else if cert.is_some() || key_path.is_some() || ca.is_some() {
+            Some(settings)
+        } else if tls_query.any() {
             return Err(invalid("cert, key and ca are for ssl:// binds (or ssl=true)"));
         } else {
             None
@@ -232,12 +217,18 @@ impl BindSpec {
             source,
         };
         let tls = match &self.tls {
-            Some(settings) => Some(Arc::new(TlsListener::new(settings.clone()).map_err(|e| {
-                BindError::Invalid {
+            Some(settings) => {
+                let listener = TlsListener::new(settings.clone()).map_err(|e| BindError::Invalid {
                     uri: self.uri.clone(),
                     reason: e.0,
+                })?;
+                // Said once, by the process that binds; the engines that
+                // adopt the socket (fd://, cluster workers) stay quiet.
+                if let (Some(warning), false) = (listener.warning(), matches!(self.target, BindTarget::Fd(_))) {
+                    crate::log::warn(&format!("{}: {warning}", crate::error::redacted(&self.uri)));
                 }
-            })?)),
+                Some(Arc::new(listener))
+            }
             None => None,
         };
         let (h2c, delay, proxy) = (self.h2c, self.busy_accept_delay, self.proxy);
@@ -450,6 +441,8 @@ fn remove_stale_socket(path: &PathBuf) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::tls::VerifyMode;
+    use crate::net::tls_certs::PemSource;
 
     #[test]
     fn parses_tcp_ipv4_ipv6_and_unix() {
@@ -501,8 +494,8 @@ mod tests {
         let spec = BindSpec::parse("ssl://127.0.0.1:9443?cert=/a%20b.pem&key=/k.pem&ca=/ca.pem&verify_mode=force_peer")
             .unwrap();
         let tls = spec.tls.unwrap();
-        assert_eq!(tls.cert, PathBuf::from("/a b.pem"));
-        assert_eq!(tls.key, PathBuf::from("/k.pem"));
+        assert_eq!(tls.certs[0].cert, PemSource::File(PathBuf::from("/a b.pem")));
+        assert_eq!(tls.certs[0].key, PemSource::File(PathBuf::from("/k.pem")));
         assert_eq!(tls.ca, Some(PathBuf::from("/ca.pem")));
         assert_eq!(tls.verify_mode, VerifyMode::ForcePeer);
         let spec = BindSpec::parse("fd://5?ssl=true&cert=/c&key=/k&busy_accept_delay=0.01").unwrap();
@@ -519,12 +512,16 @@ mod tests {
                 "ssl://127.0.0.1:1?cert=/c&key=/k&verify_mode=sometimes",
                 "verify_mode must be",
             ),
-            ("ssl://127.0.0.1:1?cert_pem=x", "'cert_pem' is not supported"),
+            ("ssl://127.0.0.1:1?cert_pem=x", "needs cert=PATH and key=PATH"),
+            ("ssl://127.0.0.1:1?keystore=x", "JRuby"),
             ("ssl://127.0.0.1:1?cert=/c&key=/k&h2c=true", "h2c is cleartext"),
             ("tcp://127.0.0.1:1?cert=/c", "cert, key and ca are for ssl://"),
         ] {
             let err = BindSpec::parse(uri).unwrap_err().to_string();
-            assert!(err.starts_with(uri) && err.contains(reason), "{err}");
+            assert!(
+                err.starts_with(&crate::error::redacted(uri)) && err.contains(reason),
+                "{err}"
+            );
         }
     }
 
