@@ -96,6 +96,10 @@ module Tsubame
       websocket_max_rate: 1000,
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
+      # Tsubame.publish across a cluster (docs/REALTIME.md): bytes held for
+      # one worker (at the master, and for its Ruby listeners) before
+      # messages for it are dropped.
+      publish_buffer: 4_194_304,
       tls_self_signed: false,
       environment: "development",
       rackup: "config.ru",
@@ -207,6 +211,7 @@ module Tsubame
       websocket_max_message: :positive_integer,
       websocket_max_rate: :integer,
       upgrade_max_pending: :positive_integer,
+      publish_buffer: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
       environment: :string,

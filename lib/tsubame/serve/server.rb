@@ -100,7 +100,11 @@ module Tsubame
       @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line))
       @native.start
-      @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
+      listeners = PublishListeners.process
+      listeners.limit = @options[:publish_buffer]
+      listeners.log_line = @app_errors.method(:log_line)
+      @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line),
+                               listeners: listeners)
       Upgrades.current = @upgrades
       @threads = Array.new(@options[:threads_max]) { |i| spawn_thread(i) }
       @fiber_loops = start_fiber_loops
@@ -198,6 +202,7 @@ module Tsubame
         "requests_in_flight" => max - idle,
         "connections_active" => stats["connections_active"].to_i,
         "app_errors" => @app_errors.count,
+        "publish" => PublishListeners.process.stats,
         "engine" => stats
       }
     end
