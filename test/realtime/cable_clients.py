@@ -31,10 +31,11 @@ line on stdout:
                          N), the time from the first GET to the last
                          delivery, and whether every client got them in
                          one same order (and in the order of the GETs).
-    series PREFIX COUNT TIMEOUT
-                         waits until every subscribed client got message
-                         PREFIX-COUNT (ids PREFIX-1.. sent by the app's
-                         /series), then reports per client: the pids it
+    series PREFIX COUNT TIMEOUT [PID]
+                         waits until every subscribed client (of PID only,
+                         when given) got message PREFIX-COUNT (ids
+                         PREFIX-1.. sent by the app's /series), then
+                         reports per client: the pids it
                          was served by, its closes, how many of the
                          series it got, whether in order and without a
                          gap after the first.
@@ -253,9 +254,10 @@ class Pool:
                 "same_order": len(orders) == 1, "orders": [list(o) for o in list(orders)[:3]] if len(orders) > 1 else [],
                 "in_get_order": sum(1 for c in targets if [i for i in c.arrivals if i in wanted] == ids)}
 
-    async def series(self, prefix, count, timeout):
+    async def series(self, prefix, count, timeout, pid=None):
         last = f"{prefix}-{count}"
-        await self.until(lambda: all(last in c.received for c in self.subscribed()), timeout)
+        await self.until(lambda: all(last in c.received for c in self.subscribed() if pid in (None, c.pid)),
+                         timeout)
         clients = []
         for c in self.clients:
             seq = [int(i.split("-")[-1]) for i in c.arrivals if i.startswith(prefix + "-")]
@@ -331,7 +333,8 @@ async def main():
         elif words[0] == "burst":
             emit(await pool.burst(int(words[1]), float(words[2]) if len(words) > 2 else 30))
         elif words[0] == "series":
-            emit(await pool.series(words[1], int(words[2]), float(words[3])))
+            emit(await pool.series(words[1], int(words[2]), float(words[3]),
+                                   int(words[4]) if len(words) > 4 else None))
         elif words[0] == "status":
             emit(pool.status())
         elif words[0] == "reconnected":

@@ -96,5 +96,90 @@ module Tsubame
         end
       end
     end
+
+    # SIGKILL to the worker that is not broadcasting, while a series of
+    # 100 broadcasts flows: the other worker's clients get every message
+    # and never see a close; the killed worker's clients see their socket
+    # close, reconnect (to the survivor, or the replacement once booted)
+    # and hear the rest of the series; the master replaces the worker, and
+    # then a broadcast reaches everyone again.
+    def test_worker_killed_mid_broadcast_loses_only_its_connections
+      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS, env: TSUBAME_ADAPTER) do |server|
+        workers = server.booted_workers.values.sort
+        cable_clients(server, 200) do |clients|
+          assert_equal 200, clients.subscribed["subscribed"], clients.subscribed.inspect
+          speaker = get(server, "/series?prefix=k&count=100&interval=0.03").to_i
+          victim = (workers - [speaker]).first
+          assert_includes workers, speaker
+          sleep 0.5
+          Process.kill("KILL", victim)
+
+          result = clients.command("series k 100 30", timeout: 45)["clients"]
+          kept = result.select { |c| c["pids"].first == speaker }
+          lost = result.select { |c| c["pids"].first == victim }
+          refute_empty kept
+          refute_empty lost
+          summary = ->(list) { list.map { |c| c.slice("pids", "closes", "got", "last") }.uniq.first(5).inspect }
+          assert(kept.all? { |c| c["closes"].zero? && c["got"] == 100 },
+                 summary.call(kept.reject { |c| c["got"] == 100 }))
+          assert(lost.all? { |c| c["closes"].positive? && c["subscribed"] && c["pid"] != victim },
+                 summary.call(lost))
+          assert(lost.all? { |c| c["last"] == 100 }, "the killed worker's clients heard the end of the series: " \
+                                                        "#{summary.call(lost.reject { |c| c["last"] == 100 })}")
+          puts "\n  killed mid-series: #{kept.size} kept all 100, #{lost.size} reconnected and heard " \
+               "#{lost.sum { |c| c['got'] }} of #{lost.size * 100}" if ENV["REALTIME_REPORT"]
+
+          replacement = server.wait_for_workers(2).values.sort
+          refute_includes replacement, victim
+          assert_equal 1, server.stats["worker_deaths"]
+          burst = clients.command("burst 1 20")
+          assert_equal 200, burst["delivered"], burst.inspect
+        end
+      end
+    end
+
+    # A worker that does not read (SIGSTOP) holds up neither the master
+    # nor the other worker: the other's clients get a 200-message series
+    # (4 KB each, 10 ms apart: far past what the socket and publish_buffer
+    # 65536 hold) while it is stopped, and the master counts what it
+    # dropped for the stopped one, in total and per worker. Once it runs
+    # again it hears new broadcasts.
+    def test_stopped_worker_holds_up_nobody_and_its_drops_are_counted
+      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS, env: TSUBAME_ADAPTER,
+                              config: "publish_buffer 65_536\n") do |server|
+        workers = server.booted_workers.values.sort
+        cable_clients(server, 60) do |clients|
+          assert_equal 60, clients.subscribed["subscribed"], clients.subscribed.inspect
+          assert_equal workers, clients.subscribed["pids"].keys.map(&:to_i).sort, "both workers hold connections"
+          stopped, speaker = workers
+          Process.kill("STOP", stopped)
+          begin
+            assert_equal speaker, get(server, "/series?prefix=p&count=200&pad=4000&interval=0.01").to_i
+            result = clients.command("series p 200 30 #{speaker}", timeout: 45)["clients"]
+            on_speaker = result.select { |c| c["pid"] == speaker }
+            refute_empty on_speaker
+            assert(on_speaker.all? { |c| c["got"] == 200 }, lambda {
+              "#{on_speaker.map { |c| c['got'] }.inspect}; listeners: " \
+                "#{server.stats['worker_status'].map { |w| w['last_status']['publish'] }.inspect}"
+            })
+
+            stats = server.stats
+            assert_operator stats["publish"]["dropped"], :>, 0, stats["publish"].inspect
+            dropped = stats["worker_status"].to_h { |w| [w["pid"], w["publish_dropped"]] }
+            assert_operator dropped[stopped], :>, 0, dropped.inspect
+            assert_equal 0, dropped[speaker], dropped.inspect
+          ensure
+            begin
+              Process.kill("CONT", stopped)
+            rescue Errno::ESRCH
+              nil # killed by the master as hung (worker_timeout): the failure above says why
+            end
+          end
+
+          burst = clients.command("burst 1 20")
+          assert_equal 60, burst["delivered"], burst.inspect
+        end
+      end
+    end
   end
 end

@@ -50,13 +50,14 @@ module Tsubame
     end
 
     # Never blocks: writes what the socket takes and keeps the rest for
-    # `flush`. A droppable message that would leave more than `limit`
-    # bytes waiting is dropped instead (false; counted in `dropped`).
-    def post(message, droppable: false)
-      post_line("#{JSON.generate(message)}\n", droppable: droppable)
+    # `flush`.
+    def post(message)
+      post_line("#{JSON.generate(message)}\n")
     end
 
-    # `post` for a line already encoded (one relay, many workers).
+    # `post` for a line already encoded (one relay, many workers). A
+    # droppable line that would leave more than `limit` bytes waiting is
+    # dropped instead (false; counted in `dropped`).
     def post_line(line, droppable: false)
       @write_lock.synchronize do
         if droppable && !@outbox.empty? && @outbox.bytesize + line.bytesize > @limit
