@@ -39,6 +39,10 @@ line on stdout:
                          was served by, its closes, how many of the
                          series it got, whether in order and without a
                          gap after the first.
+    pace RATE SECONDS    GET /broadcast RATE times a second for SECONDS (one
+                         client talking while something else is measured),
+                         then waits up to 5 s for the deliveries; reports
+                         the broadcasts made and the deliveries.
     status               subscribed clients, closes seen, pids.
     reconnected OLD_PIDS TIMEOUT
                          waits until every client is subscribed again on a
@@ -267,6 +271,22 @@ class Pool:
                             "first": seq[0] if seq else None, "last": seq[-1] if seq else None})
         return {"event": "series", "clients": clients}
 
+    async def pace(self, rate, seconds):
+        targets = self.subscribed()
+        ids = []
+        started = now()
+        while now() - started < seconds:
+            self.broadcast_id += 1
+            bid = str(self.broadcast_id)
+            ids.append(bid)
+            await self.get(f"/broadcast?id={bid}&text=hello")
+            await asyncio.sleep(max(0.0, started + len(ids) / rate - now()))
+        wanted = set(ids)
+        await self.until(lambda: all(wanted <= c.received.keys() for c in targets), 5)
+        return {"event": "pace", "clients": len(targets), "broadcasts": len(ids),
+                "delivered": sum(len(wanted & c.received.keys()) for c in targets),
+                "expected": len(targets) * len(ids)}
+
     def status(self):
         closes = {}
         for c in self.clients:
@@ -335,6 +355,8 @@ async def main():
         elif words[0] == "series":
             emit(await pool.series(words[1], int(words[2]), float(words[3]),
                                    int(words[4]) if len(words) > 4 else None))
+        elif words[0] == "pace":
+            emit(await pool.pace(float(words[1]), float(words[2])))
         elif words[0] == "status":
             emit(pool.status())
         elif words[0] == "reconnected":
