@@ -22,6 +22,7 @@
 #
 #   benchmarks/cable.rb
 #   ROUNDS=3 CLIENTS=1000 BROADCASTS=20 SERVERS=tsubame-w2,tsubame-async benchmarks/cable.rb
+#   TSUBAME_ARGS="--handoff-spin 0" SERVERS=tsubame-async,puma-async benchmarks/cable.rb
 
 require "json"
 require "net/http"
@@ -44,7 +45,7 @@ REDIS_URL = "redis://127.0.0.1:#{REDIS_PORT}/0"
 def tsubame(workers, adapter)
   lambda do |port|
     cmd = [RbConfig.ruby, File.join(ROOT, "exe/tsubame"), "-e", "production", "-t", "5:5", "-q",
-           "-b", "tcp://127.0.0.1:#{port}"]
+           "-b", "tcp://127.0.0.1:#{port}", *ENV.fetch("TSUBAME_ARGS", "").split]
     cmd += ["-w", workers.to_s] if workers.positive?
     [cmd + [APP], adapter]
   end
@@ -99,8 +100,8 @@ def start_redis
 end
 
 # [requests/s, p99 ms] of `wrk --latency` on /ping.
-def wrk(port)
-  out, = Open3.capture2("wrk", "-t1", "-c10", "-d#{WRK_SECONDS}s", "--latency", "http://127.0.0.1:#{port}/ping")
+def wrk(port, seconds: WRK_SECONDS)
+  out, = Open3.capture2("wrk", "-t1", "-c10", "-d#{seconds}s", "--latency", "http://127.0.0.1:#{port}/ping")
   rps = out[%r{Requests/sec:\s+([\d.]+)}, 1].to_f
   value, unit = out.match(/^\s+99%\s+([\d.]+)(us|ms|s)/)&.captures
   p99 = value.to_f * { "us" => 0.001, "ms" => 1.0, "s" => 1000.0 }.fetch(unit, Float::NAN)
@@ -151,6 +152,7 @@ def run(name, port)
   pid = Process.spawn(env, *cmd, out: File::NULL, err: File::NULL, pgroup: true)
   wait_for(port)
   sleep 2 # cluster workers: both booted and serving
+  wrk(port, seconds: 2) # warm-up: Rails' first requests, both workers
   rps_idle, p99_idle = wrk(port)
   clients = Clients.new(port)
   raise "#{name}: #{clients.subscribed.inspect}" unless clients.subscribed["subscribed"] == CLIENTS
