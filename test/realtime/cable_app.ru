@@ -7,7 +7,8 @@
 #
 # - /cable      ActionCable (set here: no config/cable.yml; the async
 #               adapter, or CABLE_ADAPTER=tsubame, or CABLE_ADAPTER=redis
-#               with CABLE_REDIS_URL), any origin; one channel,
+#               with CABLE_REDIS_URL; CABLE_PREFIX sets channel_prefix),
+#               any origin; one channel,
 #               ChatChannel, streaming from "chat" (on subscribing it
 #               first transmits {"pid": <worker pid>})
 # - /ping       plain HTTP: "pong <pid>"
@@ -21,6 +22,9 @@
 #               subscribers, in that order (a subscriber of its own, on
 #               ActionCable's event loop: what the adapter did, before
 #               ActionCable's worker pool and sockets)
+# - /tsubame_publish
+#               ?channel=C&id=I: Tsubame.publish(C, {"id": I} as JSON)
+#               (what an ActionCable broadcast on C carries)
 # - /pid        the pid
 #
 # No database, no ActiveRecord, nothing eager-loaded.
@@ -39,7 +43,10 @@ class CableApp < Rails::Application
   config.log_level = :warn
   config.hosts.clear if config.respond_to?(:hosts)
   config.action_cable.mount_path = "/cable"
-  config.action_cable.cable = { "adapter" => ENV.fetch("CABLE_ADAPTER", "async"), "url" => ENV["CABLE_REDIS_URL"] }.compact
+  # Symbol keys, as Rails makes of config/cable.yml (ActionCable reads
+  # cable[:channel_prefix]).
+  config.action_cable.cable = { adapter: ENV.fetch("CABLE_ADAPTER", "async"), url: ENV["CABLE_REDIS_URL"],
+                                channel_prefix: ENV["CABLE_PREFIX"] }.compact.with_indifferent_access
   config.action_cable.disable_request_forgery_protection = true
   config.action_cable.logger = config.logger
   # One thread per subscriber callback batch is plenty for the tests.
@@ -84,6 +91,11 @@ CableApp.routes.draw do
   get "/heard", to: lambda { |env|
     prefix = Rack::Utils.parse_query(env["QUERY_STRING"])["prefix"].to_s
     TEXT_RESPONSE.call([Process.pid, *Heard.starting_with(prefix)].join(" "))
+  }
+  get "/tsubame_publish", to: lambda { |env|
+    params = Rack::Utils.parse_query(env["QUERY_STRING"])
+    count = Tsubame.publish(params["channel"], JSON.generate("id" => params["id"], "text" => "t"))
+    TEXT_RESPONSE.call(count.to_s)
   }
   get "/pid", to: ->(_env) { TEXT_RESPONSE.call(Process.pid.to_s) }
   get "/broadcast", to: lambda { |env|

@@ -48,15 +48,24 @@ module Tsubame
 
     # Single mode: the process's own subscribers, as with async, through
     # Tsubame.publish; with a worker pool of 1, every client gets the
-    # broadcasts in the order they were made.
+    # broadcasts in the order they were made. The broadcasting names are
+    # Tsubame.publish channels, behind channel_prefix: a publish on
+    # "app:chat" reaches the stream of "chat", one on "chat" does not.
     def test_single_mode_delivers_like_async
-      with_server(CABLE_APP, args: SERVER_ARGS, env: IN_ORDER) do |server|
+      with_server(CABLE_APP, args: SERVER_ARGS, env: IN_ORDER.merge("CABLE_PREFIX" => "app")) do |server|
         cable_clients(server, 200) do |clients|
           assert_equal 200, clients.subscribed["subscribed"], clients.subscribed.inspect
           burst = clients.command("burst 10 30", timeout: 45)
           assert_equal 2000, burst["delivered"], burst.inspect
           assert_equal [server.pid.to_s], burst["answered_pids"]
           assert_equal 200, burst["in_get_order"], burst.inspect
+
+          get(server, "/tsubame_publish?channel=chat&id=bare-1")
+          get(server, "/tsubame_publish?channel=app:chat&id=prefixed-1")
+          prefixed = clients.command("series prefixed 1 20", timeout: 30)["clients"]
+          assert_equal [1], prefixed.map { |c| c["got"] }.uniq, "Tsubame.publish on app:chat reached every stream"
+          bare = clients.command("series bare 1 0.5", timeout: 15)["clients"]
+          assert_equal [0], bare.map { |c| c["got"] }.uniq, "chat is not app:chat"
         end
       end
     end
@@ -188,6 +197,27 @@ module Tsubame
 
           burst = clients.command("burst 1 20")
           assert_equal 60, burst["delivered"], burst.inspect
+        end
+      end
+    end
+
+    # USR1: old workers keep hearing broadcasts until they stop, and the
+    # clients that reconnect to the new workers hear the broadcasts made
+    # in either new worker.
+    def test_phased_restart_new_workers_broadcast_to_each_other
+      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS, env: TSUBAME_ADAPTER) do |server|
+        old = server.booted_workers.values.sort
+        cable_clients(server, 100) do |clients|
+          assert_equal 100, clients.subscribed["subscribed"], clients.subscribed.inspect
+          server.signal("USR1")
+          result = clients.command("reconnected #{old.join(',')} 60", timeout: 75)
+          assert result["ok"], result.inspect
+          new_pids = server.wait_for_workers(2, phase: 1).values.sort
+          assert_equal new_pids, result["pids"].keys.map(&:to_i).sort, "clients on both new workers"
+
+          burst = clients.command("burst 10 30", timeout: 45)
+          assert_equal 1000, burst["delivered"], burst.inspect
+          assert_equal new_pids, burst["answered_pids"].map(&:to_i).sort, "both new workers broadcast"
         end
       end
     end
