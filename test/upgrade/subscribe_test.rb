@@ -15,6 +15,8 @@ class UpgradeSubscribeTest < Minitest::Test
     heard = []
     lock = Mutex.new
     Tsubame.subscribe("news") { |message| raise "listener failure" if message == "boom" }
+    slow = []
+    Tsubame.subscribe("slow") { |message| sleep 1; lock.synchronize { slow << message } }
     listener = Tsubame.subscribe("news") do |message|
       shown = message.encoding == Encoding::BINARY ? message.unpack1("H*") : message
       lock.synchronize { heard << [shown, message.encoding.to_s, Thread.current.name] }
@@ -28,7 +30,10 @@ class UpgradeSubscribeTest < Minitest::Test
         message = message.b if params["binary"]
         text.call(Tsubame.publish(params.fetch("channel"), message).to_s)
       when "/unsubscribe" then text.call(Tsubame.unsubscribe("news", listener).to_s)
-      when "/heard" then text.call(JSON.generate("pid" => Process.pid, "heard" => lock.synchronize { heard.dup }))
+      when "/listeners" then text.call(JSON.generate(Tsubame::PublishListeners.process.stats))
+      when "/heard"
+        text.call(JSON.generate("pid" => Process.pid, "heard" => lock.synchronize { heard.dup },
+                                "slow" => lock.synchronize { slow.dup }))
       else text.call("?")
       end
     }
@@ -72,6 +77,31 @@ class UpgradeSubscribeTest < Minitest::Test
       first, second = lists.values
       assert_equal messages.sort, first.sort
       assert_equal first, second, "one order in both workers"
+    end
+  end
+
+  # What waits for the listeners' thread is bounded by publish_buffer:
+  # with 100 bytes and a listener that takes 1 s a message, once it is
+  # busy with a first 60-byte message, of four more published at once the
+  # first waits and the other three are dropped and counted.
+  def test_a_slow_listener_drops_past_publish_buffer_and_counts_them
+    Dir.mktmpdir do |dir|
+      config = File.join(dir, "tsubame.rb")
+      File.write(config, "publish_buffer 100\n")
+      with_server(APP, args: ["-C", config]) do |server|
+        messages = (1..5).map { |i| format("%060d", i) }
+        server.get("/publish?channel=slow&message=#{messages.first}")
+        listeners = -> { JSON.parse(server.get("/listeners").body) }
+        assert wait_until { listeners.call["queued"].zero? }, "the listener took the first"
+        messages.drop(1).each { |m| server.get("/publish?channel=slow&message=#{m}") }
+        assert wait_until(timeout: 10) { heard(server)["slow"].size == 2 }, heard(server).inspect
+        sleep 1.2
+        assert_equal messages.first(2), heard(server)["slow"]
+        stats = listeners.call
+        assert_equal 3, stats["dropped"], stats.inspect
+        assert_equal 2, stats["delivered"], stats.inspect
+        assert_equal 0, stats["queued"], stats.inspect
+      end
     end
   end
 end

@@ -54,16 +54,9 @@ module Tsubame
       end
     end
 
+    # Read without the lock: the lists are frozen and replaced whole.
     def listening?(channel)
       @listeners.key?(channel)
-    end
-
-    # Calls the channel's listeners now, in this thread.
-    def call(channel, message)
-      list = @listeners[channel] or return 0
-      list.each { |listener| run(listener, channel, message) }
-      @lock.synchronize { @delivered += 1 }
-      list.size
     end
 
     # For the listeners' thread, in order. False (and counted) when
@@ -113,6 +106,12 @@ module Tsubame
         end
         call(channel, message)
       end
+    end
+
+    def call(channel, message)
+      list = @listeners[channel] or return
+      list.each { |listener| run(listener, channel, message) }
+      @lock.synchronize { @delivered += 1 }
     end
 
     def run(listener, channel, message)
