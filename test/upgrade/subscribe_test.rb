@@ -2,11 +2,13 @@
 
 require "test_helper"
 require "json"
+require "cluster/support"
 
 # Tsubame.subscribe: Ruby blocks that hear Tsubame.publish (what
 # ActionCable's tsubame adapter is built on; docs/WEBSOCKETS.md).
 class UpgradeSubscribeTest < Minitest::Test
   include Tsubame::TestHelpers
+  include Tsubame::ClusterHelpers
 
   # Two listeners on "news", the first raising on "boom"; /heard answers
   # what the second heard (binary messages in hex), with encodings and the
@@ -63,9 +65,10 @@ class UpgradeSubscribeTest < Minitest::Test
   end
 
   # In a cluster, every worker's listeners hear every worker's publishes,
-  # in one same order.
+  # in one same order (from when the master knows the worker has booted:
+  # with_cluster waits for both).
   def test_cluster_listeners_in_every_worker_hear_every_publish_in_one_order
-    with_server(APP, args: ["-w", "2"]) do |server|
+    with_cluster(APP, workers: 2) do |server|
       messages = (1..30).map { |i| "m#{i}" }
       messages.each { |m| server.get("/publish?channel=news&message=#{m}") }
       lists = {}
