@@ -14,6 +14,7 @@
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
 # make bench-files  files (to_path, --public) beside nginx and Puma
 # make bench-websocket  rack.upgrade WebSockets beside faye on Puma, Iodine
+# make bench-cable      ActionCable: adapter tsubame (-w 2) vs async, redis, Puma
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -25,7 +26,7 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
                 openssl nghttp2-client haproxy nginx ruby-railties ruby-actionpack \
                 ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets \
-                systemd zstd prometheus chromium testssl.sh
+                systemd zstd prometheus chromium testssl.sh redis-server ruby-redis
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
@@ -56,7 +57,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket fleet gem native-gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -177,6 +178,9 @@ bench-files: deps build
 
 # rack.upgrade WebSockets beside faye-websocket on Puma and, with
 # PEERS_DIR, Iodine: idle memory and threads, broadcast, echo.
+bench-cable: deps build
+	ruby benchmarks/cable.rb
+
 bench-websocket: deps build
 	@dpkg -s ruby-faye-websocket 2>/dev/null | grep -q '^Status: install ok installed' || { \
 	  sudo=""; if [ "$$(id -u)" -ne 0 ]; then sudo="sudo -n"; fi; \

@@ -25,6 +25,24 @@ line on stdout:
                          to the last delivery, the GETs made, and
                          wrong_process: deliveries to a client of another
                          process than the one that answered the GET (0).
+    burst N [TIMEOUT]    GET /broadcast N times, one after the other (each on a
+                         new connection), then waits until every subscribed
+                         client got all N; reports deliveries (of clients x
+                         N), the time from the first GET to the last
+                         delivery, and whether every client got them in
+                         one same order (and in the order of the GETs).
+    series PREFIX COUNT TIMEOUT [PID]
+                         waits until every subscribed client (of PID only,
+                         when given) got message PREFIX-COUNT (ids
+                         PREFIX-1.. sent by the app's /series), then
+                         reports per client: the pids it
+                         was served by, its closes, how many of the
+                         series it got, whether in order and without a
+                         gap after the first.
+    pace RATE SECONDS    GET /broadcast RATE times a second for SECONDS (one
+                         client talking while something else is measured),
+                         then waits up to 5 s for the deliveries; reports
+                         the broadcasts made and the deliveries.
     status               subscribed clients, closes seen, pids.
     reconnected OLD_PIDS TIMEOUT
                          waits until every client is subscribed again on a
@@ -65,6 +83,7 @@ class Client:
         self.pids = []           # every pid it subscribed on, in order
         self.closes = []         # "frame:1001", "tcp", ...
         self.received = {}       # broadcast id -> monotonic time
+        self.arrivals = []       # broadcast ids in the order they came
         self.ws = None
         self.error = None
         self.stage = "new"
@@ -115,6 +134,7 @@ class Client:
                         self.pid = body["pid"]
                     elif "id" in body:
                         self.received.setdefault(body["id"], now())
+                        self.arrivals.append(body["id"])
                         self.pool.changed()
                 elif kind == "disconnect":
                     # ActionCable's own goodbye before it closes (a restart
@@ -216,6 +236,57 @@ class Pool:
                 "gets": len(ids), "answers": [body for _, body in answers],
                 "statuses": [status for status, _ in answers], "wrong_process": wrong_process}
 
+    async def burst(self, count, timeout):
+        targets = self.subscribed()
+        ids = []
+        answered = set()
+        started = now()
+        for _ in range(count):
+            self.broadcast_id += 1
+            bid = str(self.broadcast_id)
+            ids.append(bid)
+            _, body = await self.get(f"/broadcast?id={bid}&text=hello")
+            answered.add(body.split()[0] if body else "")
+        wanted = set(ids)
+        await self.until(lambda: all(wanted <= c.received.keys() for c in targets),
+                         max(0.0, started + timeout - now()))
+        times = [c.received[i] for c in targets for i in ids if i in c.received]
+        orders = {tuple(i for i in c.arrivals if i in wanted) for c in targets}
+        return {"event": "burst", "clients": len(targets), "broadcasts": count, "answered_pids": sorted(answered),
+                "delivered": len(times), "expected": len(targets) * count,
+                "seconds": round(max(times) - started, 4) if times else None,
+                "same_order": len(orders) == 1, "orders": [list(o) for o in list(orders)[:3]] if len(orders) > 1 else [],
+                "in_get_order": sum(1 for c in targets if [i for i in c.arrivals if i in wanted] == ids)}
+
+    async def series(self, prefix, count, timeout, pid=None):
+        last = f"{prefix}-{count}"
+        await self.until(lambda: all(last in c.received for c in self.subscribed() if pid in (None, c.pid)),
+                         timeout)
+        clients = []
+        for c in self.clients:
+            seq = [int(i.split("-")[-1]) for i in c.arrivals if i.startswith(prefix + "-")]
+            clients.append({"pids": c.pids, "pid": c.pid, "subscribed": c.subscribed, "closes": len(c.closes),
+                            "got": len(seq), "in_order": seq == sorted(set(seq)),
+                            "gapless": bool(seq) and len(seq) == seq[-1] - seq[0] + 1,
+                            "first": seq[0] if seq else None, "last": seq[-1] if seq else None})
+        return {"event": "series", "clients": clients}
+
+    async def pace(self, rate, seconds):
+        targets = self.subscribed()
+        ids = []
+        started = now()
+        while now() - started < seconds:
+            self.broadcast_id += 1
+            bid = str(self.broadcast_id)
+            ids.append(bid)
+            await self.get(f"/broadcast?id={bid}&text=hello")
+            await asyncio.sleep(max(0.0, started + len(ids) / rate - now()))
+        wanted = set(ids)
+        await self.until(lambda: all(wanted <= c.received.keys() for c in targets), 5)
+        return {"event": "pace", "clients": len(targets), "broadcasts": len(ids),
+                "delivered": sum(len(wanted & c.received.keys()) for c in targets),
+                "expected": len(targets) * len(ids)}
+
     def status(self):
         closes = {}
         for c in self.clients:
@@ -279,6 +350,13 @@ async def main():
             continue
         if words[0] == "broadcast":
             emit(await pool.broadcast(float(words[1]) if len(words) > 1 else 10))
+        elif words[0] == "burst":
+            emit(await pool.burst(int(words[1]), float(words[2]) if len(words) > 2 else 30))
+        elif words[0] == "series":
+            emit(await pool.series(words[1], int(words[2]), float(words[3]),
+                                   int(words[4]) if len(words) > 4 else None))
+        elif words[0] == "pace":
+            emit(await pool.pace(float(words[1]), float(words[2])))
         elif words[0] == "status":
             emit(pool.status())
         elif words[0] == "reconnected":

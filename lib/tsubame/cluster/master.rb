@@ -83,6 +83,10 @@ module Tsubame
       @worker_deaths = 0
       @worker_kills = 0
       @events = WorkerEvents.new
+      # Tsubame.publish relayed between workers: messages handed to a
+      # worker's link, and dropped because that worker was not reading.
+      @publish_relayed = 0
+      @publish_dropped = 0
       @respawn_at = 0.0
       @phased_restart = false
       @all_booted = false
@@ -155,6 +159,8 @@ module Tsubame
         "master_memory" => ProcessInfo.memory(Process.pid),
         "workers_memory" => memory_total(statuses),
         "worker_events" => @events.to_h,
+        "publish" => { "relayed" => @publish_relayed, "dropped" => @publish_dropped,
+                       "buffered_bytes" => workers.sum { |w| w.link ? w.link.pending_bytes : 0 } },
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }
     end
@@ -209,7 +215,9 @@ module Tsubame
         @replies[@request_id] = queue
         [@request_id, @workers.select { |w| w.booted? && w.link && !w.link.closed? }]
       end
-      asked = workers.count { |w| w.link.send("type" => type, "id" => id) }
+      asked = workers.count { |w| w.link.post("type" => type, "id" => id) }
+      # What a socket did not take is the loop's to flush.
+      @wakeup_w&.write_nonblock(".", exception: false) if workers.any? { |w| w.link.pending? }
       collect(queue, asked, timeout)
     ensure
       @lock.synchronize { @replies.delete(id) }
@@ -357,8 +365,9 @@ module Tsubame
     end
 
     def wait_for_events
-      links = @workers.filter_map { |w| w.link.io if w.link && !w.link.closed? }
-      ready, = IO.select([@wakeup_r, *links], nil, nil, TICK)
+      links = @workers.filter_map { |w| w.link if w.link && !w.link.closed? }
+      ready, writable, = IO.select([@wakeup_r, *links.map(&:io)], links.select(&:pending?).map(&:io), nil, TICK)
+      Array(writable).each { |io| links.find { |link| link.io == io }&.flush }
       Array(ready).each do |io|
         if io == @wakeup_r
           @wakeup_r.read_nonblock(4096, exception: false)
@@ -394,10 +403,24 @@ module Tsubame
     end
 
     # Tsubame.publish in one worker reaches the subscribers of the others
-    # (docs/WEBSOCKETS.md): the master passes the message on as it came.
+    # (docs/WEBSOCKETS.md): the master passes the message on as it came,
+    # to every booted worker, and back to the one that sent it when it has
+    # Ruby listeners for the channel ("echo"): every worker then sees the
+    # messages in the order the master did. A worker whose outbox is full
+    # (stopped, or far behind) misses it; the others do not wait.
     def relay_publish(from, message)
-      others = @lock.synchronize { @workers.select { |w| w != from && w.link && !w.link.closed? } }
-      others.each { |worker| worker.link.send(message) }
+      line = "#{JSON.generate(message)}\n"
+      echo = message["echo"] == true
+      targets = @lock.synchronize do
+        @workers.select { |w| (echo || w != from) && w.booted? && w.link && !w.link.closed? }
+      end
+      targets.each do |worker|
+        if worker.link.post_line(line, droppable: true)
+          @publish_relayed += 1
+        else
+          @publish_dropped += 1
+        end
+      end
     end
 
     def booted(worker)
@@ -809,6 +832,7 @@ module Tsubame
       end
       worker_end.close
       fork_worker_end&.close
+      master_end.limit = @options[:publish_buffer]
       worker = WorkerHandle.new(pid: pid, index: index, phase: @phase, link: master_end)
       worker.fork_link = fork_master
       @lock.synchronize { @workers << worker }
@@ -854,7 +878,7 @@ module Tsubame
     end
 
     def tell_lame_duck(worker)
-      worker.link.send("type" => "lame_duck") if worker.link && !worker.link.closed?
+      worker.link.post("type" => "lame_duck") if worker.link && !worker.link.closed?
     end
 
     def begin_stop(mode)

@@ -145,7 +145,8 @@ module Tsubame
         "last_checkin" => @last_checkin_wall&.utc&.iso8601,
         "last_status" => @last_status,
         "rss_mb" => @rss_mb,
-        "stopping" => stopping?
+        "stopping" => stopping?,
+        "publish_dropped" => @link ? @link.dropped : 0
       }
     end
 

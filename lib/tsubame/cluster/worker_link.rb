@@ -12,18 +12,32 @@ module Tsubame
   # A socket pair, not a pipe, so the master can ask as well as listen; and
   # the master's end closes on exec and on death, which is how a worker
   # learns its master is gone.
+  #
+  # The worker writes with `send` (blocking: the master always reads). The
+  # master never blocks on a worker: it `post`s, and what the socket does
+  # not take waits in an outbox its loop flushes when the socket is
+  # writable. Relayed publishes are droppable: past `limit` bytes waiting
+  # (a stopped or slow worker), they are dropped and counted, so one
+  # worker that does not read can hold up neither the master nor the
+  # others.
   class WorkerLink
     # [master's end, worker's end]
     def self.pair
       UNIXSocket.pair(:STREAM).map { |io| new(io) }
     end
 
-    attr_reader :io
+    attr_reader :io, :dropped
+
+    # Bytes a droppable post may leave waiting in the outbox.
+    attr_writer :limit
 
     def initialize(io)
       @io = io
       @buffer = +""
       @write_lock = Mutex.new
+      @outbox = "".b
+      @limit = 4_194_304
+      @dropped = 0
     end
 
     # Returns false when the other side is gone.
@@ -33,6 +47,41 @@ module Tsubame
       true
     rescue IOError, SystemCallError
       false
+    end
+
+    # Never blocks: writes what the socket takes and keeps the rest for
+    # `flush`.
+    def post(message)
+      post_line("#{JSON.generate(message)}\n")
+    end
+
+    # `post` for a line already encoded (one relay, many workers). A
+    # droppable line that would leave more than `limit` bytes waiting is
+    # dropped instead (false; counted in `dropped`).
+    def post_line(line, droppable: false)
+      @write_lock.synchronize do
+        if droppable && !@outbox.empty? && @outbox.bytesize + line.bytesize > @limit
+          @dropped += 1
+          return false
+        end
+
+        @outbox << line.b
+        flush_locked
+      end
+      true
+    end
+
+    # Writes what the socket takes of the outbox; true while some waits.
+    def flush
+      @write_lock.synchronize { flush_locked }
+    end
+
+    def pending?
+      !@outbox.empty?
+    end
+
+    def pending_bytes
+      @outbox.bytesize
     end
 
     # The complete messages that can be read without blocking; nil once the
@@ -66,6 +115,20 @@ module Tsubame
     end
 
     private
+
+    def flush_locked
+      until @outbox.empty?
+        written = @io.write_nonblock(@outbox, exception: false)
+        return true if written == :wait_writable
+
+        @outbox = @outbox.byteslice(written, @outbox.bytesize - written)
+      end
+      false
+    rescue IOError, SystemCallError
+      # Gone (the worker died): nothing will read it.
+      @outbox = "".b
+      false
+    end
 
     def parse(line)
       JSON.parse(line)

@@ -403,6 +403,13 @@ module Tsubame
       set(:upgrade_ping_interval, seconds)
     end
 
+    # Tsubame.publish and ActionCable's tsubame adapter in a cluster: bytes
+    # of messages held for one worker that is not keeping up, before
+    # messages for it are dropped (and counted in the stats).
+    def publish_buffer(bytes)
+      set(:publish_buffer, bytes)
+    end
+
     # On TERM/INT: readiness answers 503 at once, serving goes on for this
     # long, then the drain (docs/OVERLOAD.md, "Stopping behind a balancer").
     def shutdown_delay(seconds)

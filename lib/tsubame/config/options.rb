@@ -97,6 +97,10 @@ module Tsubame
       websocket_deflate: true,
       upgrade_max_pending: 16_777_216,
       upgrade_ping_interval: 30.0,
+      # Tsubame.publish across a cluster (docs/REALTIME.md): bytes held for
+      # one worker (at the master, and for its Ruby listeners) before
+      # messages for it are dropped.
+      publish_buffer: 4_194_304,
       tls_self_signed: false,
       # Observability (docs/OBSERVABILITY.md): engine-kept metrics for
       # /metrics (and, optionally, a bind of their own), the access log,
@@ -263,6 +267,7 @@ module Tsubame
       websocket_max_rate: :integer,
       websocket_deflate: :boolean,
       upgrade_max_pending: :positive_integer,
+      publish_buffer: :positive_integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
       metrics: :boolean,

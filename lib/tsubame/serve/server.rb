@@ -116,7 +116,11 @@ module Tsubame
                                       enabled: !@options[:request_timeout].nil?)
       @thread_hooks = ThreadHooks.build(@options, @native)
       @native.start
-      @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line))
+      listeners = PublishListeners.process
+      listeners.limit = @options[:publish_buffer]
+      listeners.log_line = @app_errors.method(:log_line)
+      @upgrades = Upgrades.new(@native, @options[:upgrade_threads], @app_errors.method(:log_line),
+                               listeners: listeners)
       Upgrades.current = @upgrades
       # max_io_threads: the extra threads wait at the gate until a
       # request is marked IO-bound.
@@ -244,6 +248,7 @@ module Tsubame
         "requests_in_flight" => max - idle,
         "connections_active" => stats["connections_active"].to_i,
         "app_errors" => @app_errors.count,
+        "publish" => PublishListeners.process.stats,
         "engine" => stats
       }
     end

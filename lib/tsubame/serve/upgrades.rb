@@ -2,6 +2,7 @@
 
 require "tsubame/errors"
 require "tsubame/support/named_thread"
+require "tsubame/serve/publish_listeners"
 
 module Tsubame
   # Queues `message` on every WebSocket and SSE connection of this process
@@ -12,6 +13,22 @@ module Tsubame
     raise Error, "Tsubame.publish needs a running Tsubame server" unless upgrades
 
     upgrades.publish(channel, message)
+  end
+
+  # Calls the block with every message `Tsubame.publish` sends to `channel`
+  # from any worker of the cluster (a String: UTF-8 for text, ASCII-8BIT
+  # for binary). The blocks run on one thread of their own
+  # (`tsubame-publish`), one message after the other; in a cluster in the
+  # order the master relayed them, the same in every worker. Returns the
+  # block, for `unsubscribe`.
+  def self.subscribe(channel, &block)
+    raise ArgumentError, "Tsubame.subscribe needs a block" unless block
+
+    PublishListeners.process.add(channel, block)
+  end
+
+  def self.unsubscribe(channel, block)
+    PublishListeners.process.remove(channel, block)
   end
 
   # `rack.upgrade` (docs/WEBSOCKETS.md), the interface Iodine and Agoo
@@ -114,11 +131,15 @@ module Tsubame
     end
 
     # In a cluster worker: passes each publish on to the master, which
-    # hands it to the other workers (`deliver`).
+    # hands it to the other workers (`deliver`), and back to this one when
+    # it has listeners for the channel. False once the master is gone.
     attr_writer :relay
 
-    def initialize(native, threads, log_line)
+    attr_reader :listeners
+
+    def initialize(native, threads, log_line, listeners: PublishListeners.process)
       @relay = nil
+      @listeners = listeners
       @native = native
       @thread_count = threads
       @log_line = log_line
@@ -146,21 +167,30 @@ module Tsubame
       request.upgrade(kind, id)
     end
 
-    # Queues the message on this process's subscribers (the count
-    # returned) and, in a cluster, on the other workers' too.
+    # Queues the message on this process's engine-held subscribers (the
+    # count returned) and, in a cluster, on the other workers' too. Ruby
+    # listeners (`Tsubame.subscribe`) hear it from their own thread: in a
+    # cluster once the master hands it back, as every other worker does,
+    # so all of them hear a channel's messages in the same order.
     def publish(channel, message)
       channel = channel.to_s
       message, text = Upgrades.message(message)
-      @relay&.call("type" => "publish", "channel" => channel, "text" => text,
-                   "message" => text ? message : [message].pack("m0"))
+      relayed = @relay&.call("type" => "publish", "channel" => channel, "text" => text, "pid" => Process.pid,
+                             "echo" => @listeners.listening?(channel),
+                             "message" => text ? message : [message].pack("m0"))
+      # Single mode, or the master is gone: nobody hands it back.
+      @listeners.enqueue(channel, message) unless relayed
       @native.publish(channel, message, text)
     end
 
-    # A publish relayed from another worker, for this one's subscribers.
+    # A publish the master relayed: another worker's, for this one's
+    # subscribers, or this worker's own coming back for its listeners.
     def deliver(publish)
       text = publish["text"]
+      channel = publish["channel"].to_s
       message = text ? publish["message"] : publish["message"].unpack1("m0")
-      @native.publish(publish["channel"].to_s, message, text)
+      @native.publish(channel, message, text) unless publish["pid"] == Process.pid
+      @listeners.enqueue(channel, message)
     end
 
     private
