@@ -38,7 +38,8 @@ class FootprintTest < Minitest::Test
     Dir.mktmpdir do |dir|
       state = File.join(dir, "state.yml")
       with_server(REPORT_APP, lint: false, args: ["--request-timeout", "30", "-S", state]) do |s|
-        assert_includes report(s)["threads"], "tsubame-timeouts"
+        # The watchdog names itself once it runs, a moment after the banner.
+        assert wait_until { report(s)["threads"].include?("tsubame-timeouts") }, report(s)["threads"].inspect
         wait_for_file(state)
         require "yaml"
         assert_equal s.pid, YAML.safe_load(File.read(state))["pid"]

@@ -475,6 +475,10 @@ module Tsubame
     # report the others, and a stop would wait for that child to exit.
     def reap
       @workers.dup.each do |worker|
+        # Workers worker 0 forked are not this process's children (and may
+        # not have told their pid yet): Reforking#reap_others watches them.
+        next unless worker.pid && worker.child?
+
         pid, status = wait_for(worker.pid)
         exited(worker, status) if pid
       end
