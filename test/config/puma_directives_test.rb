@@ -226,9 +226,6 @@ class PumaDirectivesTest < Minitest::Test
   # line and what to use instead.
   def test_directives_that_cannot_apply_say_what_to_use_instead
     {
-      "prune_bundler" => /puma\.rb:2: prune_bundler is not available: use a hot restart \(USR2/,
-      "extra_runtime_dependencies ['puma_worker_killer']" =>
-        /puma\.rb:2: extra_runtime_dependencies applies to prune_bundler, .* a hot restart \(USR2\) loads new gems/,
       "queue_requests false" => /puma\.rb:2: queue_requests false is not available: Tsubame's engine always reads/,
       "io_selector_backend :kqueue" => /puma\.rb:2: io_selector_backend :kqueue is not available: the engine uses epoll/,
       "max_fast_inline -1" => /puma\.rb:2: max_keep_alive must be a non-negative number of requests/,
@@ -239,6 +236,23 @@ class PumaDirectivesTest < Minitest::Test
       refute status.success?, "#{line}: #{out}"
       assert_match message, err, line
     end
+  end
+
+  # Under Bundler prune_bundler would need a re-exec Tsubame does not do;
+  # outside it there is nothing to prune (Puma's test configs rely on that).
+  def test_prune_bundler_stops_the_boot_only_under_bundler
+    {
+      "prune_bundler" => /puma\.rb:2: prune_bundler is not available under Bundler: use a hot restart \(USR2/,
+      "extra_runtime_dependencies ['puma_worker_killer']" =>
+        /puma\.rb:2: extra_runtime_dependencies applies to prune_bundler, .* a hot restart \(USR2\) loads new gems/
+    }.each do |line, message|
+      config = write_file(@dir, "puma.rb", "threads 1, 2\n#{line}\n")
+      out, err, status = run_tsubame("-C", config, env: { "BUNDLE_GEMFILE" => File.join(@dir, "Gemfile") })
+      refute status.success?, "#{line}: #{out}"
+      assert_match message, err, line
+    end
+    # Outside Bundler the same lines boot: test/config/puma8_configs_test.rb
+    # serves Puma's prune_bundler configs.
   end
 
   def test_accepted_puma_defaults_boot

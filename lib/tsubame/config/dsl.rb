@@ -632,21 +632,29 @@ module Tsubame
                          "use :epoll or :auto, or remove the line (io_threads sets the engine's threads)"
     end
 
-    # Bundler's environment is not Tsubame's to prune: a hot restart (USR2,
-    # `tsubame ctl restart`) re-executes the master, which loads the new
-    # Gemfile.lock, and phased restarts load the app in new workers.
+    # Puma's prune_bundler re-executes a master started under Bundler
+    # without it. Outside Bundler there is nothing to prune and the line
+    # does nothing, as in Puma (Puma's own test configs use it so). Under
+    # Bundler Tsubame does not re-execute: a hot restart (USR2, `tsubame
+    # ctl restart`) re-executes the master, which loads the new
+    # Gemfile.lock, so the boot stops saying so.
     def prune_bundler(answer = true)
-      return unless answer
+      return unless answer && under_bundler?
 
-      raise ConfigError, "prune_bundler is not available: use a hot restart (USR2 or `tsubame ctl restart`) " \
-                         "to pick up a new Gemfile.lock; remove the line"
+      raise ConfigError, "prune_bundler is not available under Bundler: use a hot restart (USR2 or " \
+                         "`tsubame ctl restart`) to pick up a new Gemfile.lock; remove the line"
     end
 
+    # The gems prune_bundler keeps; nothing to keep where nothing is pruned.
     def extra_runtime_dependencies(answer = [])
-      return if Array(answer).empty?
+      return if Array(answer).empty? || !under_bundler?
 
-      raise ConfigError, "extra_runtime_dependencies applies to prune_bundler, which is not available: " \
-                         "a hot restart (USR2) loads new gems; remove the line"
+      raise ConfigError, "extra_runtime_dependencies applies to prune_bundler, which is not available under " \
+                         "Bundler: a hot restart (USR2) loads new gems; remove the line"
+    end
+
+    def under_bundler?
+      defined?(::Bundler) || ENV.key?("BUNDLE_GEMFILE")
     end
 
     # --- reforking (docs/REFORK.md) ------------------------------------------
