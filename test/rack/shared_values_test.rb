@@ -65,6 +65,20 @@ class SharedValuesTest < Minitest::Test
     end
   end
 
+  # An empty value (here Accept and User-Agent) is shared as well, and
+  # reaches the app as "" (it once crashed the interning).
+  def test_empty_repeating_values
+    with_server(SHARING_APP, lint: false) do |s|
+      sock = s.socket
+      2.times { keep_alive_get(sock, "/empty", "Host: a\r\nAccept:\r\nUser-Agent:\r\n") }
+      report = JSON.parse(keep_alive_get(sock, "/empty", "Host: a\r\nAccept:\r\nUser-Agent:\r\n"))
+      assert_includes report["same_as_previous"], "HTTP_ACCEPT", s.stderr
+      assert_includes report["frozen"], "HTTP_USER_AGENT"
+    ensure
+      sock&.close
+    end
+  end
+
   def test_a_request_with_a_body_gets_its_own_input
     with_server(SHARING_APP, lint: false) do |s|
       sock = s.socket
