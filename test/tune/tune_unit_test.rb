@@ -4,6 +4,7 @@ require "test_helper"
 require "stringio"
 require "tsubame/tune/command"
 require "tsubame/tune/steady"
+require "tsubame/tune/stepper"
 
 # The parts of `tsubame tune` that need no server: SLO and flag parsing,
 # grid sizing, the rate search, the recommendation and the reports.
@@ -389,6 +390,42 @@ class TuneUnitTest < Minitest::Test
     assert steady([20.0] * 20, rate: 52).keeping_up?
     # Too few windows say nothing about a trend.
     assert_nil steady([10.0, 90.0, 90.0], span: 0.3).trend_ms_per_s
+  end
+
+  # What Stepper needs of a server and a load: the measurement is given.
+  FakeServer = Struct.new(:setting) do
+    def cpu_seconds = 0.0
+    def rss_per_worker_mb = 30.0
+  end
+  FakeLoad = Struct.new(:report) do
+    def open(rate:, **) = Tune::Measurement.new(report, offered: rate)
+  end
+
+  def judged(p90s, p95:, rate: 50, success: 100)
+    report = timeline_report(p90s).merge("requests" => 100, "success" => success, "unsent" => 0,
+                                         "latency_ms" => { "p50" => 10.0, "p90" => p95, "p95" => p95, "p99" => p95 })
+    server = FakeServer.new(Tune::Setting.new(workers: 1, threads: 2))
+    Tune::Stepper.new(Tune::SLO.parse("p95=200ms")).measure(server, FakeLoad.new(report), rate, 2.0)
+  end
+
+  def test_a_step_is_doubtful_when_the_slo_and_steady_state_disagree
+    clear = judged([20.0] * 20, p95: 30)
+    assert clear.met?
+    refute clear.doubtful
+    # The limits held, but latency was climbing: a miss, to be extended.
+    climbing = judged((0...20).map { |i| 5.0 + (i * 4) }, p95: 150)
+    refute climbing.met?
+    assert climbing.doubtful
+    assert_match(/latency still rising/, climbing.miss)
+    # p95 broke while the server kept up and latency was flat: a stall.
+    stall = judged([20.0] * 20, p95: 250)
+    assert_equal "p95 250 ms > 200 ms", stall.miss
+    assert stall.doubtful
+    # Both say no: overloaded, nothing to extend.
+    overloaded = judged((0...20).map { |i| 50.0 + (i * 20) }, p95: 400)
+    refute overloaded.doubtful
+    # Errors are not a stall.
+    refute judged([20.0] * 20, p95: 250, success: 90).doubtful
   end
 
   def confirmation(setting, tries, client_cpus: [0, 1], server_cpus: [0, 1])

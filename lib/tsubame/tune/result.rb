@@ -4,9 +4,10 @@ module Tsubame
   module Tune
     # One offered rate and what came of it: the bench measurement, the
     # server's CPU use and memory over the step, whether it reached steady
-    # state (Steady) and whether the SLO held. `extended` when a first,
-    # shorter run at the rate was not steady and this longer one decided.
-    Step = Struct.new(:measurement, :cpu_percent, :rss_mb, :miss, :steady, :extended, keyword_init: true) do
+    # state (Steady) and whether the SLO held. `doubtful` when the two
+    # disagree (see Stepper); `extended` when a first, shorter run at the
+    # rate was doubtful and this longer one decided.
+    Step = Struct.new(:measurement, :cpu_percent, :rss_mb, :miss, :steady, :doubtful, :extended, keyword_init: true) do
       def rate
         measurement.offered
       end
@@ -15,11 +16,6 @@ module Tsubame
         miss.nil?
       end
 
-      # The latency limits and success share held, but the run had not
-      # settled: a longer run at the rate can tell.
-      def unsettled?
-        !met? && steady && !steady.steady? && miss == steady.problem
-      end
 
       def duration
         measurement.report["duration_s"]

@@ -15,9 +15,10 @@ module Tsubame
     # setting gets an equal share of the time left when it starts. For each
     # it boots the server, runs a short closed loop to estimate capacity,
     # then offers open-loop rates chosen by Search until the share is used
-    # or the search has converged, and stops the server. A step that met
-    # the SLO without reaching steady state is run again EXTEND times as
-    # long, which decides it; with no time left for that it has missed.
+    # or the search has converged, and stops the server. A doubtful step
+    # (Stepper: the SLO and steady state disagree) is run again EXTEND
+    # times as long, which decides it; with no time left for that, its
+    # first verdict stands.
     class Runner
       include Clock
 
@@ -40,7 +41,7 @@ module Tsubame
       START_SHARE = 0.6
       # After a missed step the server may still be working off a queue.
       PAUSE_AFTER_MISS = 1.0
-      # An unsettled step is offered again for this many step durations.
+      # A doubtful step is offered again for this many step durations.
       EXTEND = 3
 
       # Raised for what stops the whole run: the app does not boot, or the
@@ -178,7 +179,7 @@ module Tsubame
           step = @stepper.measure(server, @load, rate, duration)
           return if @interrupted
 
-          step = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min) if step.unsettled?
+          step = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min) if step.doubtful
           return if @interrupted
 
           result.steps << step

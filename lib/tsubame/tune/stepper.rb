@@ -30,9 +30,22 @@ module Tsubame
         wall = monotonic - started
         cpu = [server.cpu_seconds - cpu_before, 0].max * 100.0 / wall
         steady = Steady.new(m.report, rate: rate, span: duration, limit_ms: @slo.limits.values.min)
-        miss = @slo.miss(success_percent: m.success_percent, latency_ms: m.latency_ms) || steady.problem
-        Step.new(measurement: m, cpu_percent: cpu, rss_mb: server.rss_per_worker_mb, miss: miss, steady: steady,
-                 extended: extended)
+        slo_miss = @slo.miss(success_percent: m.success_percent, latency_ms: m.latency_ms)
+        Step.new(measurement: m, cpu_percent: cpu, rss_mb: server.rss_per_worker_mb, miss: slo_miss || steady.problem,
+                 steady: steady, doubtful: doubtful?(slo_miss, m, steady), extended: extended)
+      end
+
+      private
+
+      # The SLO and steady state disagree: the limits held but the run had
+      # not settled (a queue may be building too slowly to break them
+      # yet), or a latency limit broke while the server kept up with flat
+      # latency (a stall: on a shared machine another process took the
+      # cores for a moment). A longer run at the rate tells which.
+      def doubtful?(slo_miss, measurement, steady)
+        return !steady.steady? if slo_miss.nil?
+
+        measurement.success_percent >= @slo.success && steady.steady? && !steady.trend_ms_per_s.nil?
       end
     end
   end
