@@ -483,6 +483,53 @@ class TuneUnitTest < Minitest::Test
     assert_nil report_for(results).to_h["recommended"]
   end
 
+  # Replays what it is given: the confirmation tries' outcomes in order.
+  class ScriptedStepper
+    attr_reader :offered
+
+    def initialize(steps)
+      @steps = steps
+      @offered = []
+    end
+
+    def timeout = 1.0
+
+    def measure(_server, _load, rate, duration)
+      @offered << [rate, duration]
+      @steps.shift.call(rate)
+    end
+  end
+
+  def test_confirmation_lowers_the_rate_after_a_miss_until_one_holds_or_time_is_up
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      options = Tune::TuneOptions.new(["--confirm-duration", "0.1s", app])
+      setting = Tune::Setting.new(workers: 2, threads: 4)
+      template = confirmation(setting, [[1000, 260], [900, 120], [810, 100]])
+      outcome = ->(step) { ->(_rate) { step } }
+      stepper = ScriptedStepper.new(template.tries.map { |step| outcome.call(step) })
+      io = StringIO.new
+      progress = Tune::Progress.new(io).tap(&:release)
+      confirm = Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: stepper)
+      result = Tune::Confirmation.new(setting, 0.1)
+      confirm.replay(result, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30)
+      # 1000 missed; 90% of it, 900, held; nothing lower was tried.
+      assert_equal [[1000, 0.1], [900, 0.1]], stepper.offered
+      assert_equal 900, result.rate
+      assert_match(/^\[confirm\] 1,000 req\/s for 60 s: .* - misses \(p95 260 ms > 200 ms\)$/, io.string)
+      assert_match(/^\[confirm\] 900 req\/s for 60 s: .*load generator CPU 20% - confirmed$/, io.string)
+
+      # No time for a try: nothing offered, and the note says why.
+      late = Tune::Confirmation.new(setting, 0.1)
+      idle = ScriptedStepper.new([])
+      Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: idle)
+                   .replay(late, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1)
+      assert_empty idle.offered
+      assert_nil late.rate
+      assert_equal "the budget ran out before a rate was confirmed", late.note
+    end
+  end
+
   def test_confirmation_options_and_reserve
     in_tmpdir do |dir|
       app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")

@@ -88,12 +88,12 @@ module Tsubame
         budget - grid_minimum >= one * TRIES ? one * TRIES : one
       end
 
-      def initialize(options, bench:, dir:, progress:)
+      def initialize(options, bench:, dir:, progress:, stepper: Stepper.new(options.slo))
         @options = options
         @bench = bench
         @dir = dir
         @progress = progress
-        @stepper = Stepper.new(options.slo)
+        @stepper = stepper
         @interrupted = false
         @load = nil
       end
@@ -117,7 +117,7 @@ module Tsubame
         confirmation.server_cpus = ProcessInfo.cpus_allowed(server.pid)
         @load = Load.new(bench: @bench, url: server.url, paths: @options.paths, targets: @options.targets,
                          headers: @options.headers, dir: @dir)
-        try(confirmation, server, rate, deadline)
+        replay(confirmation, server, rate, deadline)
         confirmation
       rescue ServerProcess::BootFailed, Load::Failed => e
         confirmation.note = e.message.delete_prefix("#{Load::PROGRAM_NAME}: ")
@@ -128,9 +128,9 @@ module Tsubame
         server&.stop
       end
 
-      private
-
-      def try(confirmation, server, rate, deadline)
+      # Offers `rate` for the confirmation period, then lower rates after
+      # each miss, until one holds or the next would not end by deadline.
+      def replay(confirmation, server, rate, deadline)
         until @interrupted
           if monotonic + PAUSE + @options.confirm + @stepper.timeout + Runner::STEP_OVERHEAD > deadline
             confirmation.note = "the budget ran out before a rate was confirmed"
@@ -148,6 +148,8 @@ module Tsubame
           rate = round(rate * BACKOFF)
         end
       end
+
+      private
 
       def line(step)
         m = step.measurement
