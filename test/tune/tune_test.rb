@@ -149,7 +149,9 @@ class TuneTest < Minitest::Test
       err = File.read(err_path)
       assert_equal 130, status.exitstatus, err
       assert_includes err, "tsubame tune: interrupted: stopping the server and reporting what was measured"
-      assert_match(/^2 workers, 1 thread\s+[\d,.]+\+? req\/s/, out)
+      # The step measured before Ctrl-C is in the table, whether it met
+      # the SLO or (a loaded machine, the default 200 ms SLO) missed it.
+      assert_match(/^2 workers, 1 thread\s+([\d,.]+\+? req\/s|no rate met the SLO \(lowest tried [\d,.]+ req\/s)/, out)
       assert_includes out, "Interrupted: partial results"
       assert_includes out, "not measured: 2 workers, 2 threads: interrupted"
       assert_empty processes_mentioning(app), "server processes left behind"
