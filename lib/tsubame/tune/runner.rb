@@ -68,8 +68,6 @@ module Tsubame
         @answered = false
       end
 
-      attr_reader :stepper
-
       # Ctrl-C: stop the step under way; what was measured is kept.
       def interrupt!
         @interrupted = true
