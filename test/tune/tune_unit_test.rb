@@ -519,6 +519,15 @@ class TuneUnitTest < Minitest::Test
       assert_match(/^\[confirm\] 1,000 req\/s for 60 s: .* - misses \(p95 260 ms > 200 ms\)$/, io.string)
       assert_match(/^\[confirm\] 900 req\/s for 60 s: .*load generator CPU 20% - confirmed$/, io.string)
 
+      # A server that answered 80% of 1000 req/s has shown about 800: the
+      # next try is 90% of that, not of 1000.
+      report = timeline_report([300.0] * 30, per_window: 80)
+      behind = Tune::Step.new(measurement: Tune::Measurement.new(report, offered: 1000), miss: "behind",
+                              steady: Tune::Steady.new(report, rate: 1000, span: 3.0, limit_ms: 200))
+      assert_in_delta 0.8, behind.steady.throughput_ratio
+      assert_equal 720, confirm.next_rate(behind)
+      assert_equal 900, confirm.next_rate(template.tries.first)
+
       # No time for a try: nothing offered, and the note says why.
       late = Tune::Confirmation.new(setting, 0.1)
       idle = ScriptedStepper.new([])

@@ -66,7 +66,9 @@ module Tsubame
     # The confirmation run: the recommended setting is booted again and its
     # max rate offered for the confirmation period (--confirm-duration),
     # judged like a step (SLO and steady state). A miss confirms the next
-    # lower rate, BACKOFF of the one that missed, while the budget allows.
+    # lower rate is confirmed instead, while the budget allows: BACKOFF of
+    # the one that missed, or of what the server answered if that was
+    # less (a server that fell behind has shown its capacity).
     class Confirm
       include Clock
 
@@ -145,8 +147,14 @@ module Tsubame
           say line(step)
           return if step.met?
 
-          rate = round(rate * BACKOFF)
+          rate = next_rate(step)
         end
+      end
+
+      def next_rate(step)
+        answered = step.steady&.throughput_ratio
+        share = answered ? [answered, 1.0].min : 1.0
+        round(step.rate * share * BACKOFF)
       end
 
       private
