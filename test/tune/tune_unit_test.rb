@@ -3,6 +3,8 @@
 require "test_helper"
 require "stringio"
 require "tsubame/tune/command"
+require "tsubame/tune/steady"
+require "tsubame/tune/stepper"
 
 # The parts of `tsubame tune` that need no server: SLO and flag parsing,
 # grid sizing, the rate search, the recommendation and the reports.
@@ -249,7 +251,7 @@ class TuneUnitTest < Minitest::Test
 
   def report_for(results, load: [0.2, 0.3, 0.4])
     context = { app: "app.ru", requests: "GET /", step: 1.0, budget: 60.0, cores: 2, memory_mb: 1000, elapsed: 12.0,
-                load_before: load, load_after: [2.5, 1.0, 0.5] }
+                load_before: load, load_after: [2.5, 1.0, 0.5], confirm: 60.0, headroom: 80.0 }
     Tune::Report.new(results, Tune::SLO.parse("p95=200ms"), context)
   end
 
@@ -272,11 +274,19 @@ class TuneUnitTest < Minitest::Test
 
     text = report_for(results).text
     header = text.lines.find { |l| l.start_with?("setting") }
-    assert_match(/setting\s+max rate\s+p50\s+p95\s+p99\s+CPU %\s+RSS\/worker\s+steps/, header)
-    assert_match(/^single mode, 5 threads\s+2,000 req\/s\s+50.0 ms\s+150 ms\s+300 ms\s+50\s+40.0 MiB\s+3$/, text)
+    assert_match(/setting\s+max rate\s+p50\s+p95\s+p99\s+trend\s+CPU %\s+RSS\/worker\s+steps/, header)
+    assert_match(/^single mode, 5 threads\s+2,000 req\/s\s+50.0 ms\s+150 ms\s+300 ms\s+-\s+50\s+40.0 MiB\s+3$/, text)
     assert_match(/^2 workers, 5 threads\s+2,050 req\/s/, text)
     assert_match(/^2 workers, 10 threads\s+500 req\/s/, text)
-    assert_match(/^Recommended: single mode, 5 threads: 2,000 req\/s with p95 150 ms/, text)
+    # Not confirmed yet: no recommendation, and the report says why.
+    assert_includes text, "No recommendation: the best setting, single mode, 5 threads (max 2,000 req/s), was not " \
+                          "confirmed by a 60 s replay"
+    refute_includes text, "Paste into"
+    assert_nil report_for(results).to_h["recommended"]
+
+    results.confirmation = confirmation(results.recommended.setting, [[2000, 150]])
+    text = report_for(results).text
+    assert_match(/^Recommended: single mode, 5 threads \(the fewest processes/, text)
     assert_includes text, "    workers 0 # single mode: one process, no fork\n    threads 5, 5\n"
 
     # A clearly better setting wins over the cheaper one.
@@ -335,23 +345,222 @@ class TuneUnitTest < Minitest::Test
     assert_equal "", quiet.string
   end
 
-  def timeline_measurement(p50s, window: 0.1)
-    timeline = p50s.each_with_index.map { |p50, i| { "t" => (i * window).round(3), "responses" => 5, "p50_ms" => p50 } }
-    Tune::Measurement.new({ "requests" => 100, "success" => 100, "throughput" => 50, "window_s" => window,
-                            "timeline" => timeline }, offered: 50)
+  # A report whose windows of 0.1 s each answered `per_window` requests
+  # with the given p90s.
+  def timeline_report(p90s, window: 0.1, per_window: 5)
+    timeline = p90s.each_with_index.map do |p90, i|
+      { "t" => (i * window).round(3), "responses" => per_window, "p50_ms" => p90 / 2, "p90_ms" => p90 }
+    end
+    { "requests" => 100, "success" => 100, "throughput" => 50, "window_s" => window, "timeline" => timeline }
   end
 
-  def test_latency_rising_spots_a_queue_building_up
-    # 2 s offered: 20 windows; the drain after it (t >= 2) is ignored.
-    growing = timeline_measurement((0...20).map { |i| 5.0 + (i * 4) } + [900.0] * 5)
-    assert growing.latency_rising?(2.0, 50)
-    # The same growth below the floor (a quarter of the SLO) is not a concern.
-    refute timeline_measurement((0...20).map { |i| 1.0 + (i * 0.2) }).latency_rising?(2.0, 50)
-    # Flat but noisy latency is not rising; nor is a slow first window alone.
-    refute timeline_measurement([300.0] + ([20.0, 60.0, 35.0, 80.0] * 5)).latency_rising?(2.0, 10)
-    # Spikes only after the offered period (the drain) do not count.
-    refute timeline_measurement(([10.0] * 20) + ([500.0] * 10)).latency_rising?(2.0, 10)
-    refute timeline_measurement([10.0, 90.0, 90.0]).latency_rising?(0.3, 10)
+  def steady(p90s, rate: 50, span: 2.0, limit: 200, per_window: 5)
+    Tune::Steady.new(timeline_report(p90s, per_window: per_window), rate: rate, span: span, limit_ms: limit)
+  end
+
+  def test_steady_state_needs_the_offered_rate_and_flat_latency
+    flat = steady([30.0, 20.0, 60.0, 35.0, 80.0] * 4)
+    assert flat.steady?, flat.problem
+    assert_in_delta 1.0, flat.throughput_ratio
+    assert_nil flat.problem
+    assert_equal({ "throughput_ratio" => 1.0, "trend_ms_per_s" => 0.0, "steady" => true }, flat.to_h.merge("trend_ms_per_s" => 0.0))
+
+    # 2 s offered: 20 windows; a queue growing 40 ms per second is a
+    # trend (80 ms over the step > a tenth of 200 ms); the drain after
+    # the offered period (t >= 2) is ignored.
+    growing = steady((0...20).map { |i| 5.0 + (i * 4) } + ([900.0] * 5))
+    refute growing.steady?
+    assert growing.rising?
+    assert_in_delta 40.0, growing.trend_ms_per_s, 0.5
+    assert_match(/\Alatency still rising \(\+40\.\d ms\/s, a queue building up\)\z/, growing.problem)
+    # The same growth under a tenth of a looser limit is not a concern.
+    assert steady((0...20).map { |i| 5.0 + (i * 4) }, limit: 1000).steady?
+    # One stalled window (a GC, a busy core) is not a trend, at the end
+    # either; nor is the slow first window (connections opening).
+    assert steady([300.0] + ([20.0] * 18) + [400.0]).steady?
+    # Spikes only after the offered period do not count.
+    assert steady(([10.0] * 20) + ([500.0] * 10)).steady?
+
+    # 5 answers a window of 0.1 s is 50 req/s: at 60 offered the server
+    # answered 83% and fell behind, even with flat latency.
+    behind = steady([20.0] * 20, rate: 60)
+    refute behind.keeping_up?
+    assert_match(/\Athroughput 83\.3% of the offered rate \(the server fell behind\)\z/, behind.problem)
+    # Within 5% (or 3 requests at low rates) is keeping up.
+    assert steady([20.0] * 20, rate: 52).keeping_up?
+    # Too few windows say nothing about a trend.
+    assert_nil steady([10.0, 90.0, 90.0], span: 0.3).trend_ms_per_s
+  end
+
+  # What Stepper needs of a server and a load: the measurement is given.
+  FakeServer = Struct.new(:setting) do
+    def cpu_seconds = 0.0
+    def rss_per_worker_mb = 30.0
+  end
+  FakeLoad = Struct.new(:report) do
+    def open(rate:, **) = Tune::Measurement.new(report, offered: rate)
+  end
+
+  def judged(p90s, p95:, rate: 50, success: 100)
+    report = timeline_report(p90s).merge("requests" => 100, "success" => success, "unsent" => 0,
+                                         "latency_ms" => { "p50" => 10.0, "p90" => p95, "p95" => p95, "p99" => p95 })
+    server = FakeServer.new(Tune::Setting.new(workers: 1, threads: 2))
+    Tune::Stepper.new(Tune::SLO.parse("p95=200ms")).measure(server, FakeLoad.new(report), rate, 2.0)
+  end
+
+  def test_a_step_is_doubtful_when_the_slo_and_steady_state_disagree
+    clear = judged([20.0] * 20, p95: 30)
+    assert clear.met?
+    refute clear.doubtful
+    # The limits held, but latency was climbing: a miss, to be extended.
+    climbing = judged((0...20).map { |i| 5.0 + (i * 4) }, p95: 150)
+    refute climbing.met?
+    assert climbing.doubtful
+    assert_match(/latency still rising/, climbing.miss)
+    # p95 broke while the server kept up and latency was flat: a stall.
+    stall = judged([20.0] * 20, p95: 250)
+    assert_equal "p95 250 ms > 200 ms", stall.miss
+    assert stall.doubtful
+    # Both say no: overloaded, nothing to extend.
+    overloaded = judged((0...20).map { |i| 50.0 + (i * 20) }, p95: 400)
+    refute overloaded.doubtful
+    # Errors are not a stall.
+    refute judged([20.0] * 20, p95: 250, success: 90).doubtful
+  end
+
+  def confirmation(setting, tries, client_cpus: [0, 1], server_cpus: [0, 1])
+    slo = Tune::SLO.parse("p95=200ms")
+    Tune::Confirmation.new(setting, 60.0).tap do |c|
+      tries.each do |rate, p95|
+        report = timeline_report([p95 / 1.2] * 30, per_window: rate / 10.0).merge(
+          "requests" => rate * 60, "success" => rate * 60, "unsent" => 0, "throughput" => rate, "duration_s" => 60.2,
+          "latency_ms" => { "p50" => p95 / 3.0, "p90" => p95 / 1.2, "p95" => p95, "p99" => p95 * 1.5 }
+        )
+        m = Tune::Measurement.new(report, offered: rate)
+        m.client_cpu_seconds = 12.0
+        m.wall_seconds = 60.0
+        steady = Tune::Steady.new(report, rate: rate, span: 3.0, limit_ms: 200)
+        miss = slo.miss(success_percent: m.success_percent, latency_ms: m.latency_ms) || steady.problem
+        c.tries << Tune::Step.new(measurement: m, cpu_percent: 90.0, rss_mb: 30.0, miss: miss, steady: steady)
+      end
+      c.client_cpus = client_cpus
+      c.server_cpus = server_cpus
+    end
+  end
+
+  def test_report_gives_the_confirmed_rate_operating_rate_and_client_share
+    results = Tune::Results.new
+    results << setting_result(2, 4, [[500, 20], [1000, 150], [1100, 300]])
+    results.confirmation = confirmation(results.recommended.setting, [[1000, 260], [900, 120]])
+    report = report_for(results)
+    text = report.text
+    assert_includes text, "Recommended: 2 workers, 4 threads.\n"
+    assert_match(/^Confirmed: 900 req\/s held the SLO for 60 s when replayed \(p95 120 ms, trend \+0\.0 ms\/s, 100\.0% of the offered rate answered\); before it 1,000 req\/s missed \(p95 260 ms > 200 ms\)\.$/, text)
+    assert_includes text, "Operating rate: 720 req/s (80% of the confirmed max rate, to leave headroom"
+    assert_includes text, "Warning: the load generator shared the cores with the server (CPUs 0,1) and used 20% of one core " \
+                          "(10% of the 2 cores) at the confirmed rate"
+    json = report.to_h
+    assert_equal 900, json.dig("recommended", "confirmed_rate")
+    assert_in_delta 720.0, json.dig("recommended", "operating_rate")
+    assert_in_delta 60.2, json.dig("recommended", "confirmed_for_s")
+    assert_equal [1000, 900], json.dig("confirmation", "tries").map { |t| t["rate"] }
+    assert_equal [false, true], json.dig("confirmation", "tries").map { |t| t["met_slo"] }
+    assert_in_delta 20.0, json.dig("confirmation", "client_cpu_percent")
+    assert json.dig("confirmation", "shares_cores")
+
+    # A load generator pinned to other CPUs than the server's: no warning.
+    results.confirmation = confirmation(results.recommended.setting, [[1000, 100]], client_cpus: [2, 3])
+    refute_includes report_for(results).text, "Warning: the load generator"
+    refute report_for(results).to_h.dig("confirmation", "shares_cores")
+
+    # Every try missed: no recommendation.
+    results.confirmation = confirmation(results.recommended.setting, [[1000, 260], [900, 230]])
+    results.confirmation.note = "the budget ran out before a rate was confirmed"
+    text = report_for(results).text
+    assert_includes text, "No recommendation: the best setting, 2 workers, 4 threads (max 1,000 req/s), was not confirmed " \
+                          "by a 60 s replay: it missed at 1,000 req/s (p95 260 ms > 200 ms), 900 req/s (p95 230 ms > 200 ms); " \
+                          "the budget ran out before a rate was confirmed."
+    assert_nil report_for(results).to_h["recommended"]
+  end
+
+  # Replays what it is given: the confirmation tries' outcomes in order.
+  class ScriptedStepper
+    attr_reader :offered
+
+    def initialize(steps)
+      @steps = steps
+      @offered = []
+    end
+
+    def timeout = 1.0
+
+    def measure(_server, _load, rate, duration)
+      @offered << [rate, duration]
+      @steps.shift.call(rate)
+    end
+  end
+
+  def test_confirmation_lowers_the_rate_after_a_miss_until_one_holds_or_time_is_up
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      options = Tune::TuneOptions.new(["--confirm-duration", "0.1s", app])
+      setting = Tune::Setting.new(workers: 2, threads: 4)
+      template = confirmation(setting, [[1000, 260], [900, 120], [810, 100]])
+      outcome = ->(step) { ->(_rate) { step } }
+      stepper = ScriptedStepper.new(template.tries.map { |step| outcome.call(step) })
+      io = StringIO.new
+      progress = Tune::Progress.new(io).tap(&:release)
+      confirm = Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: stepper)
+      result = Tune::Confirmation.new(setting, 0.1)
+      confirm.replay(result, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30)
+      # 1000 missed; 90% of it, 900, held; nothing lower was tried.
+      assert_equal [[1000, 0.1], [900, 0.1]], stepper.offered
+      assert_equal 900, result.rate
+      assert_match(/^\[confirm\] 1,000 req\/s for 60 s: .* - misses \(p95 260 ms > 200 ms\)$/, io.string)
+      assert_match(/^\[confirm\] 900 req\/s for 60 s: .*load generator CPU 20% - confirmed$/, io.string)
+
+      # A server that answered 80% of 1000 req/s has shown about 800: the
+      # next try is 90% of that, not of 1000.
+      report = timeline_report([300.0] * 30, per_window: 80)
+      behind = Tune::Step.new(measurement: Tune::Measurement.new(report, offered: 1000), miss: "behind",
+                              steady: Tune::Steady.new(report, rate: 1000, span: 3.0, limit_ms: 200))
+      assert_in_delta 0.8, behind.steady.throughput_ratio
+      assert_equal 720, confirm.next_rate(behind)
+      assert_equal 900, confirm.next_rate(template.tries.first)
+
+      # No time for a try: nothing offered, and the note says why.
+      late = Tune::Confirmation.new(setting, 0.1)
+      idle = ScriptedStepper.new([])
+      Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: idle)
+                   .replay(late, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1)
+      assert_empty idle.offered
+      assert_nil late.rate
+      assert_equal "the budget ran out before a rate was confirmed", late.note
+    end
+  end
+
+  def test_confirmation_options_and_reserve
+    in_tmpdir do |dir|
+      app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
+      defaults = Tune::TuneOptions.new([app])
+      assert_in_delta 60.0, defaults.confirm
+      assert_in_delta 80.0, defaults.headroom
+      options = Tune::TuneOptions.new(["--confirm-duration", "30s", "--headroom", "70%", app])
+      assert_in_delta 30.0, options.confirm
+      assert_in_delta 70.0, options.headroom
+      assert_raises(Tune::UsageError) { Tune::TuneOptions.new(["--confirm-duration", "0s", app]) }
+      %w[0 101 x].each do |bad|
+        error = assert_raises(Tune::UsageError, bad) { Tune::TuneOptions.new(["--headroom", bad, app]) }
+        assert_match(/invalid --headroom/, error.message)
+      end
+    end
+    slo = Tune::SLO.parse("p95=200ms")
+    # Boot, pause, the period, the client timeout (1 s) and overhead.
+    one = Tune::Confirm.try_seconds(60.0, slo)
+    assert_in_delta 2.0 + 2.0 + 60.0 + 1.0 + 0.5, one
+    # Room for two tries when the budget has it, else one.
+    assert_in_delta one * 2, Tune::Confirm.reserve(600.0, 100.0, 60.0, slo)
+    assert_in_delta one, Tune::Confirm.reserve(200.0, 100.0, 60.0, slo)
   end
 
   def test_load_arguments_for_paths_targets_and_headers

@@ -72,6 +72,33 @@ module Tsubame
       (fields[11].to_i + fields[12].to_i) / clock_ticks.to_f
     end
 
+    # CPU time (user + system) of this process's children that it has
+    # waited for (cutime and cstime of /proc/self/stat), in seconds: the
+    # difference across one child's run and wait is that child's CPU use,
+    # all of it, which polling its own stat before the wait would miss.
+    def waited_children_cpu_seconds
+      fields = stat_fields("self")
+      return nil unless fields
+
+      (fields[13].to_i + fields[14].to_i) / clock_ticks.to_f
+    end
+
+    # The CPUs the process may run on (Cpus_allowed_list of
+    # /proc/PID/status, "0-3,6"), as an array of numbers, or nil.
+    def cpus_allowed(pid)
+      File.foreach("/proc/#{pid}/status") do |line|
+        next unless line.start_with?("Cpus_allowed_list:")
+
+        return line.split(":", 2).last.strip.split(",").flat_map do |part|
+          first, last = part.split("-").map(&:to_i)
+          (first..(last || first)).to_a
+        end
+      end
+      nil
+    rescue SystemCallError
+      nil
+    end
+
     def clock_ticks
       @clock_ticks ||= Etc.sysconf(Etc::SC_CLK_TCK) || 100
     end

@@ -3,6 +3,7 @@
 require "tmpdir"
 require "fileutils"
 require "tsubame/bench"
+require "tsubame/tune/confirm"
 require "tsubame/tune/grid"
 require "tsubame/tune/html"
 require "tsubame/tune/machine"
@@ -70,13 +71,16 @@ module Tsubame
                   fibers: options.fibers)
       end
 
+      # The grid's steps and one confirmation run must fit.
       def check_budget(options, grid)
-        need = Runner.minimum_budget(grid.size, options.step)
+        @grid_minimum = Runner.minimum_budget(grid.size, options.step)
+        need = @grid_minimum + Confirm.try_seconds(options.confirm, options.slo)
         return if options.budget >= need
 
         raise UsageError, "--budget #{format("%g", options.budget)}s is too short for #{grid.size} settings " \
-                          "(#{grid.describe}) with #{format("%g", options.step)} s steps: it needs at least " \
-                          "#{need.ceil} s; raise --budget, shorten --step-duration or narrow --workers/--threads"
+                          "(#{grid.describe}) with #{format("%g", options.step)} s steps and a " \
+                          "#{format("%g", options.confirm)} s confirmation: it needs at least #{need.ceil} s; raise " \
+                          "--budget, shorten --step-duration or --confirm-duration, or narrow --workers/--threads"
       end
 
       def measure(options, grid, bench)
@@ -87,7 +91,9 @@ module Tsubame
         progress.line("#{PREFIX}#{grid.size} settings (#{grid.describe}), budget #{format("%g", options.budget)} s, " \
                       "#{format("%g", options.step)} s steps, SLO #{options.slo}")
         runner = Runner.new(options, grid, bench: bench, memory_mb: @memory_mb, dir: dir, progress: progress)
-        results = with_interrupt(runner, progress) { runner.run }
+        reserve = Confirm.reserve(options.budget, @grid_minimum, options.confirm, options.slo)
+        results = with_interrupt(runner, progress) { runner.run(options.budget - reserve) }
+        confirm(options, results, bench, dir, progress, started + options.budget)
         progress.release
         report = Report.new(results, options.slo, context(options, started))
         output(options, report)
@@ -96,12 +102,23 @@ module Tsubame
         FileUtils.rm_rf(dir) if dir
       end
 
+      # The recommended setting's max rate replayed for the confirmation
+      # period, lower rates after a miss, until one holds or time is up.
+      def confirm(options, results, bench, dir, progress, deadline)
+        best = results.recommended
+        return if best.nil? || results.interrupted
+
+        confirm = Confirm.new(options, bench: bench, dir: dir, progress: progress)
+        results.confirmation = with_interrupt(confirm, progress) { confirm.run(best, deadline) }
+        results.interrupted = true if confirm.interrupted?
+      end
+
       # The first Ctrl-C (or TERM) stops the measurement, which then reports
       # what it has; the servers are stopped by the runner either way.
-      def with_interrupt(runner, progress)
+      def with_interrupt(measurer, progress)
         handler = lambda do |_signo|
-          progress.line("#{PREFIX}interrupted: stopping the server and reporting what was measured") unless runner.interrupted?
-          runner.interrupt!
+          progress.line("#{PREFIX}interrupted: stopping the server and reporting what was measured") unless measurer.interrupted?
+          measurer.interrupt!
         end
         previous = { "INT" => trap("INT", &handler), "TERM" => trap("TERM", &handler) }
         yield
@@ -112,6 +129,7 @@ module Tsubame
       def context(options, started)
         requests = options.targets ? "requests from #{options.targets}" : options.paths.map { |p| "GET #{p}" }.join(" + ")
         { app: options.app, requests: requests, step: options.step, budget: options.budget, cores: Machine.cores,
+          confirm: options.confirm, headroom: options.headroom,
           memory_mb: @memory_mb, elapsed: monotonic - started, load_before: @load_before, load_after: Machine.load_average }
       end
 
@@ -129,7 +147,7 @@ module Tsubame
       def status(results, report)
         return INTERRUPTED if results.interrupted
 
-        report.recommended ? 0 : NO_SETTING_MET
+        report.confirmed ? 0 : NO_SETTING_MET
       end
     end
   end

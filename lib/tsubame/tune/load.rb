@@ -2,16 +2,18 @@
 
 require "json"
 require "tsubame/bench"
+require "tsubame/support/clock"
+require "tsubame/support/process_info"
 require "tsubame/tune/slo"
 
 module Tsubame
   module Tune
     # What one run of tsubame bench measured, from its --json report.
     class Measurement
-      # See latency_rising?.
-      RISE = 2.0
-
       attr_reader :offered, :report
+      # What the load generator itself cost: CPU seconds (user + system),
+      # the run's wall seconds, and the CPUs it was allowed to run on.
+      attr_accessor :client_cpu_seconds, :wall_seconds, :client_cpus
 
       # offered: the open-loop rate asked for, nil for a closed loop.
       def initialize(report, offered: nil)
@@ -55,21 +57,11 @@ module Tsubame
         @report["interrupted"] == true
       end
 
-      # Whether latency was still climbing when the offered period of
-      # `span` seconds ended: the median of the per-window p50s in its
-      # second half is more than RISE times that of its first half, and
-      # above floor_ms. A short step a little over capacity would
-      # otherwise pass, its queue not yet long enough to break the SLO,
-      # though it would at that rate for longer.
-      def latency_rising?(span, floor_ms)
-        window = @report.fetch("window_s", 0).to_f
-        windows = @report.fetch("timeline", []).select { |w| w["responses"].positive? && w["t"] + window <= span }
-        # The first window includes the connections being opened.
-        windows = windows.drop(1)
-        return false if windows.size < 4
+      # The client's CPU use over the run, in percent of one core.
+      def client_cpu_percent
+        return nil unless client_cpu_seconds && wall_seconds&.positive?
 
-        early, late = windows.each_slice((windows.size / 2.0).ceil).map { |half| median(half.map { |w| w["p50_ms"] }) }
-        late > early * RISE && late > floor_ms
+        client_cpu_seconds * 100.0 / wall_seconds
       end
 
       # Why requests failed, for the progress lines: "status 404: 12, timeout: 3".
@@ -81,19 +73,14 @@ module Tsubame
         parts.join(", ")
       end
 
-      private
-
-      def median(values)
-        sorted = values.sort
-        mid = sorted.size / 2
-        sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
-      end
     end
 
     # Runs the tsubame-bench binary against one server, one run at a time,
     # in its own process group so a Ctrl-C at the terminal reaches only
     # `tsubame tune`, which then stops the run itself (interrupt).
     class Load
+      include Clock
+
       # tsubame-bench prefixes its error messages with argv[0].
       PROGRAM_NAME = "tsubame tune"
       # Open loop: how late a response may be before it counts as failed, at
@@ -170,11 +157,19 @@ module Tsubame
 
         out = File.join(@dir, "bench.json")
         err = File.join(@dir, "bench.err")
+        cpu_before = ProcessInfo.waited_children_cpu_seconds
+        started = monotonic
         @pid = Process.spawn([@bench, PROGRAM_NAME], *arguments(load_args), out: out, err: err, in: File::NULL, pgroup: true)
+        cpus = ProcessInfo.cpus_allowed(@pid)
         status = wait
         raise Failed, error_line(err, status) unless status.success?
 
-        Measurement.new(JSON.parse(File.read(out)), offered: offered)
+        Measurement.new(JSON.parse(File.read(out)), offered: offered).tap do |m|
+          cpu_after = ProcessInfo.waited_children_cpu_seconds
+          m.client_cpu_seconds = cpu_after - cpu_before if cpu_before && cpu_after
+          m.wall_seconds = monotonic - started
+          m.client_cpus = cpus
+        end
       rescue JSON::ParserError => e
         raise Failed, "#{PROGRAM_NAME}: unreadable report from #{@bench}: #{e.message}"
       end

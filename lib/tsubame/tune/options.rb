@@ -10,11 +10,15 @@ module Tsubame
     class TuneOptions
       DEFAULT_STEP = 3.0
       DEFAULT_BUDGET = 600.0
+      # Seed 001's teams ran each rate for a minute before trusting it.
+      DEFAULT_CONFIRM = 60.0
+      # The operating rate recommended, in percent of the confirmed max.
+      DEFAULT_HEADROOM = 80.0
       MAX_GRID_VALUE = 1024
       DURATION_UNITS = { "ms" => 0.001, "s" => 1.0, "m" => 60.0, "h" => 3600.0 }.freeze
 
       attr_reader :app, :slo, :targets, :paths, :headers, :workers, :threads, :fibers, :step, :budget,
-                  :html, :json, :environment, :config, :quiet
+                  :html, :json, :environment, :config, :quiet, :confirm, :headroom
 
       # A number with a unit, several such parts (1m30s) or bare seconds;
       # the grammar of tsubame bench's -d. Returns seconds.
@@ -26,6 +30,13 @@ module Tsubame
         raise UsageError, bad if parts.empty? || parts.map(&:join).join != text
 
         positive(parts.sum { |number, unit| Float(number) * DURATION_UNITS.fetch(unit) }, bad)
+      end
+
+      def self.parse_headroom(text)
+        percent = Float(text.to_s.delete_suffix("%"), exception: false)
+        return percent if percent && percent.positive? && percent <= 100
+
+        raise UsageError, "invalid --headroom #{text.inspect}: expected a percentage above 0 and at most 100, e.g. 80"
       end
 
       def self.positive(seconds, message)
@@ -51,6 +62,8 @@ module Tsubame
         @headers = []
         @step = DEFAULT_STEP
         @budget = DEFAULT_BUDGET
+        @confirm = DEFAULT_CONFIRM
+        @headroom = DEFAULT_HEADROOM
         @environment = "production"
         @json = false
         @quiet = false
@@ -127,7 +140,15 @@ module Tsubame
           o.on("--step-duration TIME", "How long each rate is offered (default 3s)") do |v|
             @step = TuneOptions.parse_duration(v, "--step-duration")
           end
-          o.on("--budget TIME", "Total time for the whole grid (default 10m)") { |v| @budget = TuneOptions.parse_duration(v, "--budget") }
+          o.on("--budget TIME", "Total time, grid and confirmation (default 10m)") do |v|
+            @budget = TuneOptions.parse_duration(v, "--budget")
+          end
+          o.on("--confirm-duration TIME", "How long the recommended rate is replayed to confirm it (default 60s)") do |v|
+            @confirm = TuneOptions.parse_duration(v, "--confirm-duration")
+          end
+          o.on("--headroom PERCENT", "Recommend operating at this percent of the confirmed max rate (default 80)") do |v|
+            @headroom = TuneOptions.parse_headroom(v)
+          end
           o.separator "Server:"
           o.on("-e", "--environment NAME", "Rack environment of the server (default production)") { |v| @environment = v }
           o.on("-C", "--config FILE", "Load this config file (default: none; its binds are opened too)") do |v|

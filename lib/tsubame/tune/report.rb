@@ -14,7 +14,7 @@ module Tsubame
       # A load average above this many runnable tasks per core before the
       # run is worth a warning.
       BUSY_LOAD = 0.5
-      COLUMNS = ["setting", "max rate", "p50", "p95", "p99", "CPU %", "RSS/worker", "steps"].freeze
+      COLUMNS = ["setting", "max rate", "p50", "p95", "p99", "trend", "CPU %", "RSS/worker", "steps"].freeze
 
       # context: { app:, requests:, step:, budget:, cores:, memory_mb:, elapsed: }
       def initialize(results, slo, context)
@@ -23,8 +23,18 @@ module Tsubame
         @context = context
       end
 
+      # The setting the search found best, before its confirmation.
       def recommended
         @results.recommended
+      end
+
+      def confirmation
+        @results.confirmation
+      end
+
+      # The confirmed try (a Step), or nil: no recommendation without it.
+      def confirmed
+        confirmation&.confirmed
       end
 
       def text
@@ -34,8 +44,8 @@ module Tsubame
         lines.concat(table)
         busy = busy_note
         lines << busy if busy
-        lines << "max rate: the highest offered rate (open loop) that met the SLO; latencies, CPU (100% = one core, " \
-                 "all processes) and the largest worker RSS are at that rate."
+        lines << "max rate: the highest offered rate (open loop) that met the SLO in steady state; latencies, the " \
+                 "latency trend across the step, CPU (100% = one core, all processes) and the largest worker RSS are at that rate."
         if @results.settings.any? { |r| !r.bounded? }
           lines << "+: the SLO still held at the highest rate tried; the setting's share of the budget ran out first, " \
                    "so its max rate is higher (give it a larger --budget)."
@@ -76,7 +86,7 @@ module Tsubame
 
         m = step.measurement
         [result.setting.label, "#{Format.rate(step.rate)}#{"+" unless result.bounded?} req/s", Format.ms(m.latency("p50")), Format.ms(m.latency("p95")),
-         Format.ms(m.latency("p99")), step.cpu_percent.round.to_s, step.rss_mb ? format("%.1f MiB", step.rss_mb) : "-",
+         Format.ms(m.latency("p99")), step.trend, step.cpu_percent.round.to_s, step.rss_mb ? format("%.1f MiB", step.rss_mb) : "-",
          result.steps.size.to_s]
       end
 
@@ -92,18 +102,53 @@ module Tsubame
       def recommendation_lines
         best = recommended
         return no_recommendation unless best
+        return not_confirmed(best) unless confirmed
 
-        step = best.best
         why = if @results.settings.count(&:max_rate) > 1
                 " (the fewest processes, then threads, among the settings within " \
                   "#{(Results::NEAR * 100).round}% of the highest max rate)"
               else
                 ""
               end
-        ["Recommended: #{best.setting.label}: #{Format.rate(step.rate)} req/s with p95 " \
-         "#{Format.ms(step.measurement.latency("p95"))}#{why}.",
-         "Paste into config/puma.rb:", "",
-         *best.setting.config_lines.map { |l| "    #{l}" }]
+        ["Recommended: #{best.setting.label}#{why}.", confirmed_line, operating_line, *client_lines,
+         "Paste into config/puma.rb:", "", *best.setting.config_lines.map { |l| "    #{l}" }]
+      end
+
+      def confirmed_line
+        step = confirmed
+        m = step.measurement
+        missed = confirmation.tries.reject(&:met?).map { |t| "#{Format.rate(t.rate)} req/s missed (#{t.miss})" }
+        format("Confirmed: %s req/s held the SLO for %.0f s when replayed (p95 %s, trend %s, %.1f%% of the offered " \
+               "rate answered)%s.", Format.rate(step.rate), step.duration || confirmation.duration,
+               Format.ms(m.latency("p95")), step.trend, (step.steady&.throughput_ratio || 0) * 100,
+               missed.empty? ? "" : "; before it #{missed.join("; ")}")
+      end
+
+      def operating_line
+        headroom = @context[:headroom]
+        "Operating rate: #{Format.rate(confirmation.operating_rate(headroom))} req/s " \
+          "(#{format("%g", headroom)}% of the confirmed max rate, to leave headroom for bursts and slow requests)."
+      end
+
+      # The load generator ran beside the server: what it took from it.
+      def client_lines
+        return [] unless confirmation.shares_cores?
+
+        cpu = confirmation.client_cpu_percent
+        cpus = confirmation.server_cpus ? " (CPUs #{confirmation.server_cpus.join(",")})" : ""
+        used = cpu ? format("used %.0f%% of one core (%.0f%% of the %d cores)", cpu, cpu / @context[:cores], @context[:cores]) : "ran"
+        ["Warning: the load generator shared the cores with the server#{cpus} and #{used} at the confirmed rate; " \
+         "a server with the cores to itself would do more than these figures."]
+      end
+
+      def not_confirmed(best)
+        tries = confirmation ? confirmation.tries : []
+        missed = tries.map { |t| "#{Format.rate(t.rate)} req/s (#{t.miss})" }
+        why = missed.empty? ? "" : ": it missed at #{missed.join(", ")}"
+        note = confirmation&.note ? "; #{confirmation.note}" : ""
+        ["No recommendation: the best setting, #{best.setting.label} (max #{Format.rate(best.max_rate)} req/s), was not " \
+         "confirmed by a #{format("%g", @context[:confirm])} s replay#{why}#{note}.",
+         "Give it a larger --budget (longer steps: --step-duration) so the search settles on a rate that holds."]
       end
 
       def no_recommendation
@@ -118,13 +163,18 @@ module Tsubame
       def to_h
         best = recommended
         { "app" => @context[:app], "requests" => @context[:requests], "slo" => @slo.to_h,
-          "step_duration_s" => @context[:step], "budget_s" => @context[:budget], "elapsed_s" => @context[:elapsed].round(1),
+          "step_duration_s" => @context[:step], "confirm_duration_s" => @context[:confirm], "budget_s" => @context[:budget], "elapsed_s" => @context[:elapsed].round(1),
           "machine" => { "cores" => @context[:cores], "memory_mb" => @context[:memory_mb],
                          "load_average_before" => @context[:load_before], "load_average_after" => @context[:load_after] },
           "interrupted" => @results.interrupted, "settings" => @results.settings.map(&:to_h),
           "skipped" => @results.skipped.map { |setting, reason| { "label" => setting.label, "reason" => reason } },
-          "recommended" => best && { "label" => best.setting.label, "max_rate" => best.max_rate,
-                                     "config" => best.setting.config_lines } }
+          "confirmation" => confirmation&.to_h(@context[:headroom]),
+          "recommended" => best && confirmed && { "label" => best.setting.label, "max_rate" => best.max_rate,
+                                                  "confirmed_rate" => confirmation.rate,
+                                                  "confirmed_for_s" => confirmed.duration&.round(1),
+                                                  "operating_rate" => confirmation.operating_rate(@context[:headroom]).round(1),
+                                                  "headroom_percent" => @context[:headroom],
+                                                  "config" => best.setting.config_lines } }
       end
 
       def json

@@ -3,8 +3,11 @@
 module Tsubame
   module Tune
     # One offered rate and what came of it: the bench measurement, the
-    # server's CPU use and memory over the step, and whether the SLO held.
-    Step = Struct.new(:measurement, :cpu_percent, :rss_mb, :miss, keyword_init: true) do
+    # server's CPU use and memory over the step, whether it reached steady
+    # state (Steady) and whether the SLO held. `doubtful` when the two
+    # disagree (see Stepper); `extended` when a first, shorter run at the
+    # rate was doubtful and this longer one decided.
+    Step = Struct.new(:measurement, :cpu_percent, :rss_mb, :miss, :steady, :doubtful, :extended, keyword_init: true) do
       def rate
         measurement.offered
       end
@@ -13,12 +16,24 @@ module Tsubame
         miss.nil?
       end
 
+
+      def duration
+        measurement.report["duration_s"]
+      end
+
+      # "+1.2 ms/s", the trend of latency across the step's windows.
+      def trend
+        value = steady&.trend_ms_per_s
+        value.nil? ? "-" : format("%+.1f ms/s", value)
+      end
+
       def to_h
         m = measurement
         { "rate" => rate, "throughput" => m.throughput.round(1), "requests" => m.requests, "unsent" => m.unsent,
           "success_percent" => m.success_percent.round(3), "p50_ms" => m.latency("p50"), "p95_ms" => m.latency("p95"),
           "p99_ms" => m.latency("p99"), "cpu_percent" => cpu_percent&.round(1), "rss_mb" => rss_mb, "met_slo" => met?,
-          "miss" => miss }
+          "miss" => miss, "extended" => extended == true, "client_cpu_percent" => m.client_cpu_percent&.round(1) }
+          .merge(steady ? steady.to_h : {})
       end
     end
 
@@ -69,7 +84,8 @@ module Tsubame
       NEAR = 0.05
 
       attr_reader :settings, :skipped
-      attr_accessor :interrupted
+      # The Confirmation of the recommended setting, once run.
+      attr_accessor :interrupted, :confirmation
 
       def initialize
         @settings = []

@@ -6,6 +6,7 @@ require "tsubame/tune/load"
 require "tsubame/tune/result"
 require "tsubame/tune/search"
 require "tsubame/tune/server"
+require "tsubame/tune/stepper"
 require "tsubame/support/clock"
 
 module Tsubame
@@ -14,7 +15,10 @@ module Tsubame
     # setting gets an equal share of the time left when it starts. For each
     # it boots the server, runs a short closed loop to estimate capacity,
     # then offers open-loop rates chosen by Search until the share is used
-    # or the search has converged, and stops the server.
+    # or the search has converged, and stops the server. A doubtful step
+    # (Stepper: the SLO and steady state disagree) is run again EXTEND
+    # times as long, which decides it; with no time left for that, its
+    # first verdict stands.
     class Runner
       include Clock
 
@@ -37,6 +41,8 @@ module Tsubame
       START_SHARE = 0.6
       # After a missed step the server may still be working off a queue.
       PAUSE_AFTER_MISS = 1.0
+      # A doubtful step is offered again for this many step durations.
+      EXTEND = 3
 
       # Raised for what stops the whole run: the app does not boot, or the
       # load cannot be sent (a bad targets file).
@@ -57,6 +63,7 @@ module Tsubame
         @progress = progress
         @interrupted = false
         @load = nil
+        @stepper = Stepper.new(@slo)
         @memory_checked = false
         @answered = false
       end
@@ -71,9 +78,10 @@ module Tsubame
         @interrupted
       end
 
-      def run
+      # The grid gets `seconds` (the budget less the confirmation's share).
+      def run(seconds = @options.budget)
         results = Results.new
-        deadline = monotonic + @options.budget
+        deadline = monotonic + seconds
         queue = @grid.settings.dup
         total = queue.size
         until queue.empty? || @interrupted
@@ -155,7 +163,7 @@ module Tsubame
 
       def search(result, server, tag, share_end, deadline)
         search = Search.new(start: result.calibration.throughput * START_SHARE)
-        timeout = Load.timeout_for(@slo.max_ms)
+        timeout = @stepper.timeout
         pause = 0
         while (rate = search.next_rate)
           duration = step_duration(rate)
@@ -166,7 +174,10 @@ module Tsubame
           break if now + duration + STEP_OVERHEAD > share_end || now + duration + timeout + STEP_OVERHEAD > deadline
 
           sleep pause
-          step = measure_step(server, rate, duration, timeout)
+          step = @stepper.measure(server, @load, rate, duration)
+          return if @interrupted
+
+          step = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min) if step.doubtful
           return if @interrupted
 
           result.steps << step
@@ -185,34 +196,25 @@ module Tsubame
         [[@options.step, MIN_SAMPLES / rate].max, @options.step * MAX_STRETCH].min
       end
 
-      def measure_step(server, rate, duration, timeout)
-        cpu_before = server.cpu_seconds
-        started = monotonic
-        connections = Load.connections_for(rate, @slo.max_ms, server.setting.concurrency)
-        m = @load.open(rate: rate, duration: duration, connections: connections, timeout: timeout)
-        wall = monotonic - started
-        cpu = [server.cpu_seconds - cpu_before, 0].max * 100.0 / wall
-        Step.new(measurement: m, cpu_percent: cpu, rss_mb: server.rss_per_worker_mb, miss: miss(m, duration))
-      end
+      # Offers the rate again for longer, when that fits before `limit`;
+      # the longer run's verdict is the step's.
+      def extend_step(server, tag, step, duration, limit)
+        longer = duration * EXTEND
+        return step if monotonic + PAUSE_AFTER_MISS + longer + STEP_OVERHEAD > limit
 
-      def miss(measurement, duration)
-        miss = @slo.miss(success_percent: measurement.success_percent, latency_ms: measurement.latency_ms)
-        return miss if miss
-        # A queue that grows by a tenth of the tightest limit within one
-        # short step would break the SLO if the rate lasted a little longer.
-        return "latency still rising at the end of the step (a queue building up)" if
-          measurement.latency_rising?(duration, @slo.limits.values.min / 10)
-
-        nil
+        say "#{step_line(tag, step)}; extending to #{format("%g", longer.round(1))} s"
+        sleep PAUSE_AFTER_MISS
+        @stepper.measure(server, @load, step.rate, longer, extended: true)
       end
 
       def step_line(tag, step)
         m = step.measurement
         verdict = step.met? ? "meets the SLO" : "misses (#{step.miss})"
         extra = step.met? || m.failures.empty? ? "" : " [#{m.failures}]"
-        format("%s   %8s req/s: p50 %s, p95 %s, p99 %s, %s%% ok, CPU %d%% - %s%s", tag, Format.rate(step.rate),
-               Format.ms(m.latency("p50")), Format.ms(m.latency("p95")), Format.ms(m.latency("p99")),
-               format("%.2f", m.success_percent), step.cpu_percent.round, verdict, extra)
+        format("%s   %8s req/s%s: p50 %s, p95 %s, p99 %s, %s%% ok, trend %s, CPU %d%% - %s%s", tag, Format.rate(step.rate),
+               step.extended ? " (extended)" : "", Format.ms(m.latency("p50")), Format.ms(m.latency("p95")),
+               Format.ms(m.latency("p99")), format("%.2f", m.success_percent), step.trend, step.cpu_percent.round, verdict,
+               extra)
       end
 
       def best_line(tag, result)
