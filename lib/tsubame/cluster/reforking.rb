@@ -90,7 +90,7 @@ module Tsubame
 
       zero = @workers.find { |w| w.index == 0 && w.active? }
       if zero && zero.phase < @phase
-        replace(zero, "is from phase #{zero.phase}") if zero.booted?
+        replace(zero, "is from phase #{zero.phase}", "phased_restart") if zero.booted?
         return true
       end
       older = @workers.select { |w| w.active? && w.booted? && w.phase < @phase && !w.replacement }
