@@ -2,6 +2,8 @@
 # make test  build, then run the Rust and Ruby test suites (the Ruby suite
 #            twice at once: Debian's Rack 2 and the vendored Rack 3)
 # make test-rack3  the Ruby suite alone, under the vendored Rack 3
+# make test-tune-replay  tsubame tune against an app of known capacity, and
+#             a 30 s replay of its recommendation (about 90 s)
 # make chaos  fault tests: workers killed and frozen, app errors, clients
 #             vanishing, a full upload disk, descriptors running out
 # make soak   a million mixed requests in cluster mode; RSS, fds, threads
@@ -34,7 +36,11 @@ NATIVE_SO := lib/tsubame/tsubame_native.so
 CARGO_BENCH := $(TARGET_DIR)/release/tsubame-bench
 BENCH_BIN := lib/tsubame/tsubame-bench
 
-RUBY_TESTS := ruby -w -Ilib -Itest -e 'Dir["test/**/*_test.rb"].sort.reject { |f| f.start_with?("test/realtime/") }.each { |f| require File.expand_path(f) }'
+# test/tune/replay_test.rb (tsubame tune against an app of known capacity,
+# then a 30 s replay: about 90 s) has its own target, make test-tune-replay,
+# to keep make test under 15 minutes.
+SLOW_TESTS := test/tune/replay_test.rb
+RUBY_TESTS := ruby -w -Ilib -Itest -e 'slow = ARGV.dup; ARGV.clear; Dir["test/**/*_test.rb"].sort.reject { |f| f.start_with?("test/realtime/") || slow.include?(f) }.each { |f| require File.expand_path(f) }' $(SLOW_TESTS)
 # ActionCable with a thousand clients: alone after the two suites (beside
 # them, its timings measure the other suite), and under Debian's Rack 2
 # only, since Rails 6.1 (actionpack) requires Rack 2.
@@ -57,7 +63,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable fleet gem native-gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 test-tune-replay chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -117,6 +123,9 @@ test: deps build h2spec-install
 	echo "=== ActionCable (Rails 6.1, Debian's Rack 2) ==="; \
 	$(REALTIME_TESTS) || status=1; \
 	exit $$status
+
+test-tune-replay: deps build
+	ruby -w -Ilib -Itest $(SLOW_TESTS)
 
 test-rack3: deps build h2spec-install
 	@[ -f $(RACK3_LIB)/rack.rb ] || { echo "test-rack3: $(RACK3_MISSING)" >&2; exit 1; }
