@@ -159,13 +159,13 @@ module Tsubame
 
     # A worker that does not read (SIGSTOP) holds up neither the master
     # nor the other worker: the other's clients get a 200-message series
-    # (4 KB each, 10 ms apart: far past what the socket and publish_buffer
-    # 65536 hold) while it is stopped, and the master counts what it
+    # (4 KB each, 10 ms apart: 800 KB, past what the socket and
+    # publish_buffer 262144 hold) while it is stopped, and the master counts what it
     # dropped for the stopped one, in total and per worker. Once it runs
     # again it hears new broadcasts.
     def test_stopped_worker_holds_up_nobody_and_its_drops_are_counted
       with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS, env: TSUBAME_ADAPTER,
-                              config: "publish_buffer 65_536\n") do |server|
+                              config: "publish_buffer 262_144\n") do |server|
         workers = server.booted_workers.values.sort
         cable_clients(server, 60) do |clients|
           assert_equal 60, clients.subscribed["subscribed"], clients.subscribed.inspect
@@ -179,7 +179,8 @@ module Tsubame
             refute_empty on_speaker
             assert(on_speaker.all? { |c| c["got"] == 200 }, lambda {
               "#{on_speaker.map { |c| c['got'] }.inspect}; listeners: " \
-                "#{server.stats['worker_status'].map { |w| w['last_status']['publish'] }.inspect}"
+                "#{server.stats['worker_status'].map { |w| w['last_status']['publish'] }.inspect}; master: " \
+                "#{server.stats['publish'].inspect} #{server.stats['worker_status'].map { |w| w['publish_dropped'] }.inspect}"
             })
 
             stats = server.stats
