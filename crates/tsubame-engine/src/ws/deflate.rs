@@ -9,8 +9,8 @@
 //! last one). The price is a worse ratio for many small similar messages
 //! than a shared window would give.
 
-use super::close::{INVALID_PAYLOAD, MESSAGE_TOO_BIG};
-use super::message::ProtocolError;
+use super::close::INVALID_PAYLOAD;
+use super::message::{ProtocolError, INVALID_TEXT, TOO_BIG};
 use super::utf8::Utf8Validator;
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
@@ -163,14 +163,6 @@ pub fn inflate(payload: &[u8], text: bool, max_message: usize) -> Result<Bytes, 
         code: INVALID_PAYLOAD,
         reason: "invalid compressed data",
     };
-    const TOO_BIG: ProtocolError = ProtocolError {
-        code: MESSAGE_TOO_BIG,
-        reason: "message too big",
-    };
-    const BAD_TEXT: ProtocolError = ProtocolError {
-        code: INVALID_PAYLOAD,
-        reason: "invalid UTF-8 in text message",
-    };
     let mut inflater = Decompress::new(false);
     let mut out = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
@@ -202,8 +194,8 @@ pub fn inflate(payload: &[u8], text: bool, max_message: usize) -> Result<Bytes, 
     }
     if text {
         let mut validator = Utf8Validator::new();
-        validator.feed(&out).map_err(|_| BAD_TEXT)?;
-        validator.finish().map_err(|_| BAD_TEXT)?;
+        validator.feed(&out).map_err(|_| INVALID_TEXT)?;
+        validator.finish().map_err(|_| INVALID_TEXT)?;
     }
     Ok(Bytes::from(out))
 }

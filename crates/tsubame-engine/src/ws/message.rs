@@ -72,11 +72,11 @@ const FRAME_TOO_BIG: ProtocolError = ProtocolError {
     code: MESSAGE_TOO_BIG,
     reason: "frame too big",
 };
-const TOO_BIG: ProtocolError = ProtocolError {
+pub(super) const TOO_BIG: ProtocolError = ProtocolError {
     code: MESSAGE_TOO_BIG,
     reason: "message too big",
 };
-const INVALID_TEXT: ProtocolError = ProtocolError {
+pub(super) const INVALID_TEXT: ProtocolError = ProtocolError {
     code: INVALID_PAYLOAD,
     reason: "text message is not UTF-8",
 };
