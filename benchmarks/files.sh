@@ -2,8 +2,8 @@
 # Files: a 1 MiB file at -c20 and a 4 KiB file at -c50, served by Tsubame
 # through Rack::Files (a to_path body, sent with sendfile) and through
 # --public (no Ruby at all), next to Debian's nginx (1 worker, sendfile on)
-# and Puma with Rack::Files. One process each, one after the other; the
-# median of ROUNDS runs and each server's ratio to nginx.
+# and Puma with Rack::Files. All four run at once and each round visits
+# them in turn; the median of ROUNDS rounds and each server's ratio to nginx.
 #
 #   benchmarks/files.sh                      # 3 rounds of 5 s
 #   ROUNDS=5 DURATION=10 benchmarks/files.sh
@@ -46,44 +46,51 @@ http {
 }
 CONF
 
-# run_wrk CONNECTIONS PATH -> req/s
+# run_wrk PORT CONNECTIONS PATH -> req/s
 run_wrk() {
-  wrk -t1 -c"$1" -d"${DURATION}s" "http://127.0.0.1:$PORT$2" | awk '/Requests\/sec/ {printf "%.0f\n", $2}'
+  wrk -t1 -c"$2" -d"${DURATION}s" "http://127.0.0.1:$1$3" | awk '/Requests\/sec/ {printf "%.0f\n", $2}'
 }
+
+SERVERS=(nginx tsubame-to_path tsubame-public puma)
+declare -A SERVER_PORT=([nginx]=$PORT [tsubame-to_path]=$((PORT + 1)) [tsubame-public]=$((PORT + 2)) [puma]=$((PORT + 3)))
+sed -i "s/listen 127.0.0.1:$PORT;/listen 127.0.0.1:${SERVER_PORT[nginx]};/" "$WORK/nginx.conf"
+
+# All four servers up at once, so every round measures each of them within
+# a few seconds of the others: a neighbour's burst lands on all alike.
+"$NGINX" -c "$WORK/nginx.conf" -g "daemon off;" &
+ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:${SERVER_PORT[tsubame-to_path]}" "$WORK/files.ru" > "$WORK/t.log" 2>&1 &
+ruby exe/tsubame -q -t "$THREADS:$THREADS" --public "$WORK/public" \
+  -b "tcp://127.0.0.1:${SERVER_PORT[tsubame-public]}" "$WORK/files.ru" > "$WORK/p.log" 2>&1 &
+puma -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:${SERVER_PORT[puma]}" "$WORK/files.ru" > "$WORK/puma.log" 2>&1 &
+for name in "${SERVERS[@]}"; do
+  wait_for_url "http://127.0.0.1:${SERVER_PORT[$name]}/4k.bin"
+  wrk -t1 -c20 -d2s "http://127.0.0.1:${SERVER_PORT[$name]}/1m.bin" >/dev/null # warm-up
+done
+
+# Each round visits the servers in a rotated order (round 1 starts with
+# nginx, round 2 with tsubame-to_path, ...), so none always goes first.
+declare -A RUNS
+for r in $(seq 1 "$ROUNDS"); do
+  for i in "${!SERVERS[@]}"; do
+    name=${SERVERS[$(((i + r - 1) % ${#SERVERS[@]}))]}
+    RUNS["$name,1m"]+="$(run_wrk "${SERVER_PORT[$name]}" 20 /1m.bin) "
+    RUNS["$name,4k"]+="$(run_wrk "${SERVER_PORT[$name]}" 50 /4k.bin) "
+  done
+  echo "  round $r done" >&2
+done
 
 declare -A RPS
-bench() { # NAME PREFIX
-  wait_for_url "http://127.0.0.1:$PORT$2/4k.bin"
-  wrk -t1 -c20 -d2s "http://127.0.0.1:$PORT$2/1m.bin" >/dev/null # warm-up
-  for load in "20 1m" "50 4k"; do
-    set -- "$1" "$2" $load
-    runs=()
-    for _ in $(seq 1 "$ROUNDS"); do runs+=("$(run_wrk "$3" "$2/$4.bin")"); done
-    RPS["$1,$4"]=$(printf '%s\n' "${runs[@]}" | median)
-    echo "  $1 $4 -c$3: ${runs[*]} req/s" >&2
+for name in "${SERVERS[@]}"; do
+  for size in 1m 4k; do
+    echo "  $name $size: ${RUNS[$name,$size]}req/s" >&2
+    RPS["$name,$size"]=$(tr ' ' '\n' <<<"${RUNS[$name,$size]}" | grep . | median)
   done
-}
+done
 
-stop() { kill -TERM "$1"; wait "$1" 2>/dev/null || true; }
-
-"$NGINX" -c "$WORK/nginx.conf" -g "daemon off;" &
-bench nginx ""
-stop $!
-
-ruby exe/tsubame -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$PORT" "$WORK/files.ru" > "$WORK/t.log" 2>&1 &
-bench tsubame-to_path ""
-stop $!
-
-ruby exe/tsubame -q -t "$THREADS:$THREADS" --public "$WORK/public" -b "tcp://127.0.0.1:$PORT" "$WORK/files.ru" > "$WORK/p.log" 2>&1 &
-bench tsubame-public ""
-stop $!
-
-puma -q -t "$THREADS:$THREADS" -b "tcp://127.0.0.1:$PORT" "$WORK/files.ru" > "$WORK/puma.log" 2>&1 &
-bench puma ""
-stop $!
-
+echo "files, threads $THREADS, wrk -t1 -d${DURATION}s, median of $ROUNDS interleaved rounds"
+echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD)"
 printf '%-18s %12s %8s %12s %8s\n' server "1MiB -c20" "x nginx" "4KiB -c50" "x nginx"
-for name in nginx tsubame-to_path tsubame-public puma; do
+for name in "${SERVERS[@]}"; do
   printf '%-18s %12s %8.2f %12s %8.2f\n' "$name" "${RPS[$name,1m]}" \
     "$(echo "${RPS[$name,1m]} / ${RPS[nginx,1m]}" | bc -l)" "${RPS[$name,4k]}" \
     "$(echo "${RPS[$name,4k]} / ${RPS[nginx,4k]}" | bc -l)"

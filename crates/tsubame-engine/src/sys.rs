@@ -125,6 +125,29 @@ pub(crate) fn sendfile(out: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: &mut u
     Ok(n as usize)
 }
 
+/// send(2) with MSG_MORE: queues `buf` on the socket `out` without pushing
+/// it, so the bytes that follow (a file's, by sendfile) share its packets.
+/// The next write without the flag pushes everything. Returns how many
+/// bytes the socket took; a full non-blocking socket gives `WouldBlock`.
+pub(crate) fn send_more(out: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    // SAFETY: the descriptor is borrowed, so it stays open for the call;
+    // send reads exactly `buf.len()` bytes from `buf`, a live slice, and
+    // writes no memory of ours. MSG_NOSIGNAL turns a closed peer into
+    // EPIPE instead of a SIGPIPE.
+    let n = unsafe {
+        libc::send(
+            out.as_raw_fd(),
+            buf.as_ptr().cast(),
+            buf.len(),
+            libc::MSG_MORE | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// openat2(2) of `path` under the directory `dir` with RESOLVE_BENEATH
 /// and RESOLVE_NO_MAGICLINKS: the kernel refuses (EXDEV, ELOOP) any
 /// resolution that would leave `dir`, through `..`, an absolute path or a
@@ -185,6 +208,27 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::os::fd::AsFd;
+
+    #[test]
+    fn send_more_holds_the_head_until_the_body_follows() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut client, _) = listener.accept().unwrap();
+        assert_eq!(send_more(server.as_fd(), b"HTTP/1.1 200 OK\r\n\r\n").unwrap(), 19);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        client.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        let held = client.read(&mut buf);
+        assert_eq!(
+            held.map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock),
+            "the head went out alone"
+        );
+        (&server).write_all(b"body").unwrap();
+        client.set_nonblocking(false).unwrap();
+        let n = client.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"HTTP/1.1 200 OK\r\n\r\nbody");
+    }
 
     #[test]
     fn sendfile_copies_a_range_and_reports_the_end_of_the_file() {

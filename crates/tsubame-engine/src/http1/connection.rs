@@ -16,7 +16,7 @@ use crate::message::body::{Body, BodySink};
 use crate::message::head::{Framing, RequestHead};
 use crate::message::response::StreamFraming;
 use crate::message::response::{error_response, unavailable_response};
-use crate::net::client_io::{send, send_parts, ClientIo, READ_CHUNK};
+use crate::net::client_io::{send, send_head_more, send_parts, ClientIo, READ_CHUNK};
 use crate::net::linger::linger;
 use crate::observe::Finished;
 use crate::shared::Shared;
@@ -497,7 +497,12 @@ async fn write_file<T: ClientIo>(
             _ => (Written::Failed, 0),
         };
     }
-    if !matches!(timeout(write_timeout, send(io, &head)).await, Ok(Ok(()))) {
+    let head_sent = if T::SENDS_FILES {
+        timeout(write_timeout, send_head_more(io, &head)).await
+    } else {
+        timeout(write_timeout, send(io, &head)).await
+    };
+    if !matches!(head_sent, Ok(Ok(()))) {
         return (Written::Failed, 0);
     }
     let sent = if T::SENDS_FILES {

@@ -39,6 +39,14 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     ) -> Poll<std::io::Result<usize>> {
         Poll::Ready(Err(std::io::ErrorKind::Unsupported.into()))
     }
+
+    /// Writes some of `buf` as the start of a longer send (a file's head
+    /// before `poll_send_file`): plain sockets hold it back (MSG_MORE) so
+    /// it leaves in the same packets as the file's first bytes. Only
+    /// called when `SENDS_FILES`.
+    fn poll_write_more(&mut self, _cx: &mut Context<'_>, _buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Poll::Ready(Err(std::io::ErrorKind::Unsupported.into()))
+    }
 }
 
 /// Writes a file region with `ClientIo::poll_send_file` for the two plain
@@ -65,7 +73,32 @@ macro_rules! poll_send_file_on_socket {
                 }
             }
         }
+
+        fn poll_write_more(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+            loop {
+                ready!(self.poll_write_ready(cx))?;
+                match self.try_io(Interest::WRITABLE, || sys::send_more(self.as_fd(), buf)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    done => return Poll::Ready(done),
+                }
+            }
+        }
     };
+}
+
+/// Writes all of `head` with `ClientIo::poll_write_more`: it waits in the
+/// socket for the body that follows instead of going out as a packet of
+/// its own.
+pub(crate) async fn send_head_more<T: ClientIo>(io: &mut T, head: &[u8]) -> std::io::Result<()> {
+    let mut rest = head;
+    while !rest.is_empty() {
+        let n = std::future::poll_fn(|cx| io.poll_write_more(cx, rest)).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        rest = &rest[n..];
+    }
+    Ok(())
 }
 
 /// Writes all of `bytes` and, where the stream buffers, pushes them out:
