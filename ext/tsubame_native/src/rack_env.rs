@@ -103,8 +103,7 @@ pub fn init(ruby: &Ruby) {
         methods,
     });
     let mut cache = header_cache();
-    for name in COMMON_HEADERS {
-        let shared = SHARED_VALUE_HEADERS.contains(name);
+    for &(name, shared) in COMMON_HEADERS {
         cache.insert(
             name.as_bytes().into(),
             (permanent(ruby, &cgi_name(name.as_bytes())), shared),
@@ -119,85 +118,63 @@ pub fn keys(ruby: &Ruby) -> Result<&'static Keys, Error> {
         .ok_or_else(|| Error::new(ruby.exception_runtime_error(), "tsubame_native is not initialised"))
 }
 
-const COMMON_HEADERS: &[&str] = &[
-    "host",
-    "user-agent",
-    "accept",
-    "accept-encoding",
-    "accept-language",
-    "connection",
-    "cookie",
-    "referer",
-    "origin",
-    "cache-control",
-    "pragma",
-    "upgrade-insecure-requests",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "x-real-ip",
-    "x-request-id",
-    "authorization",
-    "if-none-match",
-    "if-modified-since",
-    "sec-fetch-site",
-    "sec-fetch-mode",
-    "sec-fetch-dest",
-    "sec-fetch-user",
-    "sec-ch-ua",
-    "sec-ch-ua-mobile",
-    "sec-ch-ua-platform",
-    "dnt",
-    "x-requested-with",
-    "x-csrf-token",
-    "keep-alive",
-    "te",
-    "expect",
-    "range",
-    "if-range",
-    "via",
-    "forwarded",
-    "transfer-encoding",
-];
+/// Whether a header's env value may be a frozen string shared between the
+/// requests that send the same bytes (`interned_str`), as Puma shares
+/// `REMOTE_ADDR` between the requests of a connection: yes for values that
+/// repeat from request to request (the same client software, the same
+/// site), no for values that identify a user or a request (cookies,
+/// credentials, ids).
+const SHARED: bool = true;
+const OWN: bool = false;
 
-/// Headers whose values repeat from request to request (the same client
-/// software, the same site): their env values are frozen strings shared
-/// between the requests that send the same bytes (`interned_str`), as
-/// Puma shares `REMOTE_ADDR` between the requests of a connection. Values
-/// that identify a user or a request (cookies, credentials, ids) are not.
-const SHARED_VALUE_HEADERS: &[&str] = &[
-    "host",
-    "user-agent",
-    "accept",
-    "accept-encoding",
-    "accept-language",
-    "connection",
-    "cache-control",
-    "pragma",
-    "upgrade-insecure-requests",
-    "origin",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-forwarded-port",
-    "sec-fetch-site",
-    "sec-fetch-mode",
-    "sec-fetch-dest",
-    "sec-fetch-user",
-    "sec-ch-ua",
-    "sec-ch-ua-mobile",
-    "sec-ch-ua-platform",
-    "dnt",
-    "x-requested-with",
-    "keep-alive",
-    "te",
-    "via",
+/// Headers whose CGI names (`HTTP_USER_AGENT`) are made once at load,
+/// each with whether its value is shared (`SHARED`) or the request's own.
+const COMMON_HEADERS: &[(&str, bool)] = &[
+    ("host", SHARED),
+    ("user-agent", SHARED),
+    ("accept", SHARED),
+    ("accept-encoding", SHARED),
+    ("accept-language", SHARED),
+    ("connection", SHARED),
+    ("cookie", OWN),
+    ("referer", OWN),
+    ("origin", SHARED),
+    ("cache-control", SHARED),
+    ("pragma", SHARED),
+    ("upgrade-insecure-requests", SHARED),
+    ("x-forwarded-for", OWN),
+    ("x-forwarded-proto", SHARED),
+    ("x-forwarded-host", SHARED),
+    ("x-forwarded-port", SHARED),
+    ("x-real-ip", OWN),
+    ("x-request-id", OWN),
+    ("authorization", OWN),
+    ("if-none-match", OWN),
+    ("if-modified-since", OWN),
+    ("sec-fetch-site", SHARED),
+    ("sec-fetch-mode", SHARED),
+    ("sec-fetch-dest", SHARED),
+    ("sec-fetch-user", SHARED),
+    ("sec-ch-ua", SHARED),
+    ("sec-ch-ua-mobile", SHARED),
+    ("sec-ch-ua-platform", SHARED),
+    ("dnt", SHARED),
+    ("x-requested-with", SHARED),
+    ("x-csrf-token", OWN),
+    ("keep-alive", SHARED),
+    ("te", SHARED),
+    ("expect", OWN),
+    ("range", OWN),
+    ("if-range", OWN),
+    ("via", SHARED),
+    ("forwarded", OWN),
+    ("transfer-encoding", OWN),
 ];
 
 /// Longer values are unlikely to repeat; they are not worth hashing.
 const SHARED_VALUE_MAX: usize = 256;
 
-/// A value the env shares between requests (see `SHARED_VALUE_HEADERS`),
+/// A value the env shares between requests (`SHARED` in `COMMON_HEADERS`),
 /// or a string of its own when it is too long to be worth sharing.
 fn shared_value(ruby: &Ruby, bytes: &[u8]) -> Value {
     if bytes.len() <= SHARED_VALUE_MAX {
@@ -229,7 +206,7 @@ impl Hasher for Fnv {
 }
 
 /// Lower-case header name → its env key, and whether its value is shared
-/// (`SHARED_VALUE_HEADERS`).
+/// (`SHARED` in `COMMON_HEADERS`).
 type HeaderCache = HashMap<Box<[u8]>, (Opaque<RString>, bool), BuildHasherDefault<Fnv>>;
 
 fn header_cache() -> std::sync::MutexGuard<'static, HeaderCache> {

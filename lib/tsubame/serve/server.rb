@@ -299,6 +299,9 @@ module Tsubame
       XAccelRedirect.new(mappings, log_line) unless mappings.empty?
     end
 
+    # One pool thread's loop. With max_io_threads (`gate`) each request is
+    # taken and answered holding a slot; Puma's thread directives
+    # (`hooks`, ThreadHooks) wrap each request.
     def serve_requests(index)
       native = @native
       timeouts = @timeouts
@@ -306,15 +309,18 @@ module Tsubame
       gate = @io_gate
       hooks&.thread_started
       timeouts.worker do
-        if gate
-          serve_with_gate(index, native, timeouts, gate, hooks)
-        elsif hooks
-          while (request = native.next_request)
-            hooks.around_request { timeouts.run(index, request) { handle(request, env_for(request)) } }
-          end
-        else
-          while (request = native.next_request)
-            timeouts.run(index, request) { handle(request, env_for(request)) }
+        while !gate || gate.acquire
+          begin
+            request = native.next_request
+            break unless request
+
+            if hooks
+              hooks.around_request { timeouts.run(index, request) { handle(request, env_for(request, gate)) } }
+            else
+              timeouts.run(index, request) { handle(request, env_for(request, gate)) }
+            end
+          ensure
+            gate&.release
           end
         end
       end
@@ -322,31 +328,11 @@ module Tsubame
       hooks&.thread_exiting
     end
 
-    # max_io_threads: each request is taken and answered holding a slot;
-    # Puma's thread directives (ThreadHooks) wrap it as any request.
-    def serve_with_gate(index, native, timeouts, gate, hooks)
-      while gate.acquire
-        begin
-          request = native.next_request
-          break unless request
-
-          env = env_for(request)
-          env["puma.mark_as_io_bound"] = gate.marker
-          if hooks
-            hooks.around_request { timeouts.run(index, request) { handle(request, env) } }
-          else
-            timeouts.run(index, request) { handle(request, env) }
-          end
-        ensure
-          gate.release
-        end
-      end
-    end
-
     # The Rack env of a request, the same whether a pool thread or a fiber
     # loop runs it.
-    def env_for(request)
+    def env_for(request, gate = nil)
       env = request.env(@base_env)
+      env["puma.mark_as_io_bound"] = gate.marker if gate
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
       # Rack 3.1's upgrade hint: the protocols the client's Upgrade header
       # offers, where the connection can be handed over (not TLS, not h2).
