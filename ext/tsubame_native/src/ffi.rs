@@ -111,14 +111,14 @@ pub fn hash_dup(ruby: &magnus::Ruby, hash: RHash) -> Result<RHash, Error> {
 pub fn interned_str(bytes: &[u8]) -> Value {
     use magnus::rb_sys::FromRawValue;
     // SAFETY: rb_interned_str copies `len` bytes from `ptr` (a live slice,
-    // or a static byte when empty)
-    // when it makes a new string and returns a frozen String VALUE; it can
+    // or a static byte when empty) when it makes a new string and returns
+    // a frozen String VALUE; it can
     // raise only NoMemoryError, as any allocation can. GVL held: called
     // while building the env, inside a Ruby method.
     // An empty slice's pointer may be dangling (0x1), and Ruby 3.1 reads
     // through it even for a length of 0: give it a real byte instead.
     let ptr = if bytes.is_empty() {
-        b"\0".as_ptr()
+        c"".as_ptr().cast()
     } else {
         bytes.as_ptr()
     };
