@@ -22,6 +22,7 @@ end
 require "minitest/autorun"
 require "rack"
 require "fileutils"
+require "json"
 require "open3"
 require "rbconfig"
 require "tmpdir"

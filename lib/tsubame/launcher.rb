@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "time"
 require "tsubame/version"
 require "tsubame/errors"
 require "tsubame/config/bind_uri"
@@ -107,7 +106,7 @@ module Tsubame
     def stats
       status = @server.status
       {
-        "started_at" => @started_at.utc.iso8601,
+        "started_at" => @started_at.utc.strftime("%FT%TZ"), # Time#iso8601 without loading time.rb
         "mode" => "single",
         "pid" => Process.pid,
         "rss_mb" => ProcessInfo.rss_mb(Process.pid),

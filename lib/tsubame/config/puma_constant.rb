@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "json"
 require "tsubame/errors"
 require "tsubame/config/options"
 
@@ -90,6 +89,7 @@ module Tsubame
       # Puma's stats: a JSON String (Puma.stats) or a Hash with Symbol keys
       # (Puma.stats_hash), from the same numbers as `tsubame ctl stats`.
       def stats
+        require "json" # loaded only here, so a server that never asks pays nothing for it
         JSON.generate(stats_hash)
       end
 

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "json"
 require "rbconfig"
 require "shellwords"
 
@@ -107,6 +106,7 @@ module Tsubame
       def spawn_stand_in(listeners, ready)
         record(ARGV) unless @command
         fds = listeners.descriptors
+        require "json"
         handover = JSON.generate("fds" => fds, "workers" => [], "stand_in" => { "ready_fd" => ready.fileno })
         # fd => fd hands the child exactly these descriptors (Ruby clears
         # close-on-exec in the child only): nothing else this process holds
@@ -121,6 +121,7 @@ module Tsubame
       # pid; raises SystemCallError if it cannot start.
       def spawn_check
         record(ARGV) unless @command
+        require "json"
         handover = JSON.generate("fds" => {}, "workers" => [], "check" => { "parent" => Process.pid })
         Process.spawn({ ENV_KEY => handover }, *@command, chdir: @directory)
       end
@@ -130,6 +131,7 @@ module Tsubame
       # process took out of ENV so that its children would not see them).
       def exec(listeners, workers: [], env: {})
         record(ARGV) unless @command
+        require "json"
         ENV[ENV_KEY] = JSON.generate("fds" => listeners.inheritable, "workers" => workers,
                                      "activated" => listeners.activated_fds)
         Dir.chdir(@directory)
@@ -158,7 +160,16 @@ module Tsubame
       end
 
       def parse(text)
-        data = text ? JSON.parse(text) : {}
+        return parse_json(text) if text
+
+        { fds: {}, workers: [], stand_in: nil, check: nil, activated: [] }
+      end
+
+      # JSON is loaded only when a handover exists: a server that was not
+      # restarted never needs it (less memory for every process).
+      def parse_json(text)
+        require "json"
+        data = JSON.parse(text)
         fds = data.fetch("fds", {}).transform_values { |list| list.map { |fd| Integer(fd) } }
         stand_in = data["stand_in"] && { ready_fd: Integer(data["stand_in"].fetch("ready_fd")) }
         check = data["check"] && Integer(data["check"].fetch("parent"))
