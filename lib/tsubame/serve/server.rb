@@ -158,7 +158,6 @@ module Tsubame
       @stop_requested = true
       @events << :shutdown_debug if @options[:shutdown_debug] == true
       stop_engine
-      @io_gate&.close
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
     end
@@ -187,6 +186,12 @@ module Tsubame
       end
       waiter.join
       ShutdownDebug.dump($stdout) if @options[:shutdown_debug] == :on_force && outcome == :timed_out
+      # max_io_threads: the gate closes once the engine has stopped, not
+      # at #stop: threads go on taking the requests the drain still hands
+      # out (a closed gate sent them away, leaving queued requests to the
+      # drain timeout), and #stop runs in trap handlers, where the gate's
+      # Mutex raises ThreadError.
+      @io_gate&.close
       @idle_memory&.stop
       join_threads
       outcome
@@ -267,12 +272,11 @@ module Tsubame
     # worker's TERM as it boots): before #bind made the engine it found no
     # engine to stop, and then #start would start one that nothing stops,
     # and #wait would wait for it forever. What it could not do is done
-    # here; a stop from here on finds everything in place.
+    # here; a stop from here on finds the engine in place.
     def finish_early_stop
       return unless @stop_requested
 
       stop_engine unless @drain_requested
-      @io_gate&.close
     end
 
     # Fiber mode (docs/FIBERS.md): threads running the requests the engine
