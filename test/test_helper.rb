@@ -27,6 +27,7 @@ require "open3"
 require "rbconfig"
 require "tmpdir"
 require "tsubame"
+require_relative "free_ports"
 
 module Tsubame
   # Helpers shared by the test files; each test file includes this module.
@@ -196,13 +197,11 @@ module Tsubame
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
-    # A TCP port nothing listens on right now, for a server whose address
-    # must be known before it starts (a control URL, $PORT).
+    # A TCP port for a server whose address must be known before it starts
+    # (a control URL, $PORT): reserved for this process, and one the kernel
+    # never hands out on its own (see FreePorts).
     def free_port
-      server = TCPServer.new("127.0.0.1", 0)
-      server.addr[1]
-    ensure
-      server&.close
+      FreePorts.take
     end
 
     # Waits until `path` exists and its contents satisfy the block (or are

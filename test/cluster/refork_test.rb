@@ -213,6 +213,41 @@ class ClusterReforkTest < Minitest::Test
     end
   end
 
+  # A stop that reaches a worker worker 0 forked while it boots (here in
+  # on_worker_boot, before its server exists; the master TERMs it as soon
+  # as it reports its pid): it stops at once, as a stop and not a failed
+  # boot, and the master finishes stopping.
+  def test_a_stop_while_a_forked_worker_boots_stops_it
+    Dir.mktmpdir do |dir|
+      config = <<~RUBY
+        fork_worker 0
+        on_worker_boot do |index|
+          if index == 1 && File.exist?("#{dir}/slow")
+            File.write("#{dir}/booting", Process.pid.to_s)
+            sleep 10
+            File.write("#{dir}/slept", "")
+          end
+        end
+      RUBY
+      with_cluster(APP, workers: 2, config: config) do |s|
+        s.wait_for_workers(2)
+        File.write("#{dir}/slow", "")
+        s.control("refork")
+        booting = s.wait_until(15, "the new worker 1 in on_worker_boot") do
+          File.exist?("#{dir}/booting") && File.read("#{dir}/booting").to_i.nonzero?
+        end
+        started = monotonic
+        status = s.stop("TERM", timeout: 30)
+        assert_operator monotonic - started, :<, 8, "stopped before on_worker_boot's 10 s sleep was over"
+        assert_equal 0, status&.exitstatus, s.stdout + s.stderr
+        assert_includes s.stdout, "- Goodbye!"
+        assert_match(/Worker 1 \(PID: #{booting}\) stopped \(shutting down\)/, s.stdout)
+        refute_match(/failed to boot|died while booting/, s.stdout + s.stderr)
+        refute File.exist?("#{dir}/slept"), "the worker did not finish booting"
+      end
+    end
+  end
+
   def test_single_mode_stats_report_the_process_memory
     Dir.mktmpdir do |dir|
       sock = File.join(dir, "ctl.sock")

@@ -348,6 +348,26 @@ class Puma8ServerTest < Minitest::Test
     end
   end
 
+  # A stop drains through the gate: the request in flight finishes, the
+  # one queued behind it is still served, and the server exits 0 (the
+  # gate used to be closed from the TERM handler, which raised
+  # ThreadError there).
+  def test_a_stop_with_max_io_threads_serves_the_queued_request
+    with_config("threads 1, 1\nmax_io_threads 1\n", rackup: IO_APP) do |server, dir|
+      cpu = Thread.new { server.get("/cpu").body }
+      sleep 0.5
+      waiting = Thread.new { server.get("/fast").body }
+      assert_nil waiting.join(1), "queued behind /cpu"
+      stopper = Thread.new { server.stop("TERM", timeout: 30) }
+      sleep 0.5
+      File.write(File.join(dir, "release"), "")
+      assert_equal "cpu done", cpu.value
+      assert_equal "fast", waiting.value
+      assert_equal 0, stopper.value&.exitstatus, server.stderr
+      refute_match(/ThreadError/, server.stderr)
+    end
+  end
+
   # --- response headers ----------------------------------------------------
 
   # Puma's close_listeners.ru answers with an empty Array of headers.

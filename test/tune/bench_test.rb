@@ -325,7 +325,8 @@ class BenchTest < Minitest::Test
   end
 
   def test_bad_arguments_give_one_line
-    closed_port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+    # Reserved for this process and never listened on: refused.
+    closed_port = free_port
     assert_one_line_error(["-n", "1", "http://127.0.0.1:#{closed_port}/"],
                           %r{cannot connect to http://127\.0\.0\.1:\d+/: connection refused})
     assert_one_line_error(["-d", "10x", "http://127.0.0.1:1/"], /invalid duration "10x"/)

@@ -551,11 +551,12 @@ module Tsubame
     end
 
     # A replacement that died unbooted leaves the old worker serving; a
-    # phased restart whose new code cannot boot stops there.
+    # phased restart whose new code cannot boot stops there. One the master
+    # stopped while it booted (the cluster stopping) did not fail.
     def forget_replacement(worker)
       if (old = worker.replaces)
         old.replacement = nil
-        if @phased_restart && !worker.booted?
+        if @phased_restart && !worker.booted? && !worker.stopping?
           @phased_restart = false
           @log.error("! phased restart stopped: a new worker failed to boot; the old workers keep serving")
           @systemd.ready("Phased restart stopped: a new worker failed to boot; #{systemd_status}")

@@ -93,15 +93,20 @@ module Tsubame
       link = WorkerLink.new(io)
       tag = @worker.options[:tag] ? " [#{@worker.options[:tag]}]" : ""
       Process.setproctitle("tsubame: cluster worker #{index}: #{@worker.master_pid}#{tag}")
-      status = Worker.new(index: index, phase: phase, master_pid: @worker.master_pid, options: @worker.options,
-                          listeners: @worker.listeners, link: link, app: @worker.app, log: @log, forked: true).run
-      $stdout.flush
-      $stderr.flush
-      status
+      Worker.new(index: index, phase: phase, master_pid: @worker.master_pid, options: @worker.options,
+                 listeners: @worker.listeners, link: link, app: @worker.app, log: @log, forked: true).run
     rescue Exception => e # rubocop:disable Lint/RescueException
+      # A TERM before its server existed (Worker#stop exits): it stopped, it
+      # did not fail; exit! still, for the reason above.
+      return e.status if e.is_a?(SystemExit)
+
       @log.error("! worker #{index} failed to boot: #{e.class}: #{e.message}\n" \
                  "#{Array(e.backtrace).first(20).join("\n")}")
       1
+    ensure
+      # exit! does not flush.
+      $stdout.flush
+      $stderr.flush
     end
   end
 end

@@ -72,6 +72,7 @@ module Tsubame
       @fiber_loops = []
       @idle_memory = nil
       @stopping = false
+      @stop_requested = false
       @events = Thread::Queue.new
       @app_errors = AppErrors.new(options[:lowlevel_error_handler], $stderr)
     end
@@ -129,6 +130,7 @@ module Tsubame
       @fiber_loops = start_fiber_loops
       @timeouts.start(@threads, @fiber_loops)
       @idle_memory = IdleMemory.new(@native, @options[:idle_memory_trim]).start if @options[:idle_memory_trim]
+      finish_early_stop
       self
     end
 
@@ -152,16 +154,10 @@ module Tsubame
     # to the caller.
     def stop(close_listeners: true)
       @stopping = true
+      # Not @stopping: the lame duck sets that too, and serves on.
+      @stop_requested = true
       @events << :shutdown_debug if @options[:shutdown_debug] == true
-      # drain_on_shutdown: #wait's thread stops the engine once the listen
-      # backlog is empty (a trap handler must not wait).
-      if @options[:drain_on_shutdown] && @native && !@drain_requested
-        @drain_requested = true
-        @events << :drain
-      else
-        @native&.stop
-      end
-      @io_gate&.close
+      stop_engine
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
     end
@@ -190,6 +186,12 @@ module Tsubame
       end
       waiter.join
       ShutdownDebug.dump($stdout) if @options[:shutdown_debug] == :on_force && outcome == :timed_out
+      # max_io_threads: the gate closes once the engine has stopped, not
+      # at #stop: threads go on taking the requests the drain still hands
+      # out (a closed gate sent them away, leaving queued requests to the
+      # drain timeout), and #stop runs in trap handlers, where the gate's
+      # Mutex raises ThreadError.
+      @io_gate&.close
       @idle_memory&.stop
       join_threads
       outcome
@@ -254,6 +256,28 @@ module Tsubame
     end
 
     private
+
+    def stop_engine
+      # drain_on_shutdown: #wait's thread stops the engine once the listen
+      # backlog is empty (a trap handler must not wait).
+      if @options[:drain_on_shutdown] && @native && !@drain_requested
+        @drain_requested = true
+        @events << :drain
+      else
+        @native&.stop
+      end
+    end
+
+    # A stop can come from a trap handler while #start runs (a cluster
+    # worker's TERM as it boots): before #bind made the engine it found no
+    # engine to stop, and then #start would start one that nothing stops,
+    # and #wait would wait for it forever. What it could not do is done
+    # here; a stop from here on finds the engine in place.
+    def finish_early_stop
+      return unless @stop_requested
+
+      stop_engine unless @drain_requested
+    end
 
     # Fiber mode (docs/FIBERS.md): threads running the requests the engine
     # routes to fibers, next to the thread pool.
