@@ -14,7 +14,8 @@ class UpgradeH2WebSocketTest < Minitest::Test
   include Tsubame::TlsSupport
 
   # Writes 64 KiB messages until the engine refuses one; records how many
-  # it took. "method" reports what the env says of the request.
+  # it took. "method" reports what the env says of the request. /decline
+  # refuses the WebSocket with a 403 instead of taking it.
   FLOOD_APP = <<~'RUBY'
     log = ENV.fetch("TSUBAME_TEST_EVENTS")
     record = ->(line) { File.open(log, "a") { |f| f.puts(line) } }
@@ -35,6 +36,8 @@ class UpgradeH2WebSocketTest < Minitest::Test
       define_method(:on_close) { |_conn| record.call("close") }
     end
     run lambda { |env|
+      next [403, { "content-type" => "text/plain" }, ["not for you"]] if env["PATH_INFO"] == "/decline"
+
       env["rack.upgrade"] = handler.new if env["rack.upgrade?"]
       [200, {}, []]
     }
@@ -220,6 +223,24 @@ class UpgradeH2WebSocketTest < Minitest::Test
       assert_equal "welcome", client.read_message(ok["stream"])
     ensure
       client&.close
+    end
+  end
+
+  # An app that does not take the WebSocket: its answer is not sent on the
+  # stream (a 2xx would open the WebSocket for the client); the stream is
+  # reset with HTTP_1_1_REQUIRED (0xd), so a browser asks again over
+  # HTTP/1.1 (h2_browser_test.rb), where the app's answer goes out.
+  def test_a_websocket_the_app_does_not_take_is_sent_to_http1
+    with_upgrade_server(FLOOD_APP) do |server, _log|
+      client = H2Client.new(server.port)
+      assert_equal 0xd, client.open("/decline")["reset"]
+      http1 = Client.new(server.port, path: "/decline")
+      assert_match %r{\AHTTP/1.1 403}, http1.response_head
+      ok = client.open("/ws")
+      assert_equal 200, ok["status"], "the connection goes on"
+    ensure
+      client&.close
+      http1&.close
     end
   end
 
