@@ -136,3 +136,15 @@ medians.each do |name, m|
 
   puts format("echo round trip: tsubame is %.2fx %s", m[:echo_us] / base, name)
 end
+# The same comparison round by round (each round runs every server once,
+# one after the other, so a round's ratio shares that moment's load): the
+# median of the per-round ratios, and each.
+rows.each do |name, list|
+  next if name == "tsubame"
+
+  ratios = list.zip(rows["tsubame"]).filter_map { |peer, own| peer[:echo_us] / own[:echo_us] if peer && own }
+  next if ratios.empty?
+
+  puts format("echo round trip per round: tsubame is %.2fx %s (median of %s)", median(ratios), name,
+              ratios.map { |r| r.round(2) }.join(", "))
+end
