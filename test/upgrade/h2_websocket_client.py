@@ -23,7 +23,9 @@ Commands (`stream` is the id `open` answered with):
   {"op": "end"|"reset", "stream": n}         END_STREAM / RST_STREAM CANCEL
   {"op": "pause"|"resume", "stream": n}      withhold / grant flow control
   {"op": "unacked", "stream": n}             bytes received with the window
-                                             not given back, and all DATA bytes
+                                             not given back, all DATA bytes
+                                             received, and bytes waiting for
+                                             the server's window
 """
 
 import base64
@@ -324,7 +326,7 @@ class Client:
     def cmd_unacked(self, c):
         self.pump(0.2)
         stream = self.streams[c["stream"]]
-        return {"unacked": stream.unacked, "wire": stream.wire}
+        return {"unacked": stream.unacked, "wire": stream.wire, "unsent": len(stream.outbuf)}
 
 
 def main():

@@ -14,7 +14,8 @@ class UpgradeH2WebSocketTest < Minitest::Test
   include Tsubame::TlsSupport
 
   # Writes 64 KiB messages until the engine refuses one; records how many
-  # it took. "method" reports what the env says of the request. /decline
+  # it took. "slow" keeps the handler busy for 3 s. "method" reports
+  # what the env says of the request. /decline
   # refuses the WebSocket with a 403 instead of taking it.
   FLOOD_APP = <<~'RUBY'
     log = ENV.fetch("TSUBAME_TEST_EVENTS")
@@ -27,6 +28,7 @@ class UpgradeH2WebSocketTest < Minitest::Test
           writes = 0
           writes += 1 while writes < 2000 && conn.write(chunk)
           record.call("refused after #{writes} open=#{conn.open?}")
+        when "slow" then sleep 3
         when "method"
           conn.write("#{conn.env["REQUEST_METHOD"]} #{conn.env["SERVER_PROTOCOL"]} #{conn.env["PATH_INFO"]} " \
                      "#{conn.env["rack.url_scheme"]} #{conn.env["HTTP_HOST"]}")
@@ -285,6 +287,27 @@ class UpgradeH2WebSocketTest < Minitest::Test
       end
       assert_equal 1008, code, "after the data that was sent, the close"
       assert_equal writes, received, "every accepted write arrived"
+    ensure
+      client&.close
+    end
+  end
+
+  # The other way: while the handler is busy the session reads nothing,
+  # so the client's window is not given back and what it still has to
+  # send waits at the client, not in the server.
+  def test_a_busy_handler_holds_the_client_back
+    with_upgrade_server(FLOOD_APP) do |server, _log|
+      client = H2Client.new(server.port)
+      id = client.open["stream"]
+      client.text(id, "slow")
+      40.times { client.binary(id, "b" * 65_536) }
+      sleep 0.5
+      unsent = client.unacked(id)["unsent"]
+      # 2.5 MiB offered; the stream's window (h2_initial_window_size, 1 MiB)
+      # is all the server takes while the handler sleeps.
+      assert_operator unsent, :>, 1_200_000, "the client was held back: #{unsent} bytes still unsent"
+      40.times { assert_equal 65_536, client.read_message(id, timeout: 20).bytesize }
+      assert_equal 0, client.unacked(id)["unsent"], "and all of it went once the handler was free"
     ensure
       client&.close
     end
