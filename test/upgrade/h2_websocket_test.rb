@@ -31,7 +31,7 @@ class UpgradeH2WebSocketTest < Minitest::Test
         when "slow" then sleep 3
         when "method"
           conn.write("#{conn.env["REQUEST_METHOD"]} #{conn.env["SERVER_PROTOCOL"]} #{conn.env["PATH_INFO"]} " \
-                     "#{conn.env["rack.url_scheme"]} #{conn.env["HTTP_HOST"]}")
+                     "#{conn.env["QUERY_STRING"]} #{conn.env["rack.url_scheme"]} #{conn.env["HTTP_HOST"]}")
         else conn.write(data)
         end
       end
@@ -90,9 +90,9 @@ class UpgradeH2WebSocketTest < Minitest::Test
   def test_the_handler_closes_with_its_code_and_the_env_is_the_streams
     with_upgrade_server(FLOOD_APP) do |server, _log|
       client = H2Client.new(server.port)
-      id = client.open("/room/1")["stream"]
+      id = client.open("/room/1?lang=ja")["stream"]
       client.text(id, "method")
-      assert_equal "CONNECT HTTP/2 /room/1 http 127.0.0.1:#{server.port}", client.read_message(id)
+      assert_equal "CONNECT HTTP/2 /room/1 lang=ja http 127.0.0.1:#{server.port}", client.read_message(id)
     ensure
       client&.close
     end
@@ -217,8 +217,10 @@ class UpgradeH2WebSocketTest < Minitest::Test
       assert_equal 426, old["status"]
       no_host = client.open("/ws", pseudo: { ":authority" => nil }, force: true)
       assert_equal 400, no_host["status"], no_host.inspect
-      # The app took each of those three: the handler heard only on_close.
-      assert wait_until { events(log).count("close false") == 3 }, events(log).inspect
+      bad_protocol = client.open("/ws", headers: [%w[sec-websocket-version 13], ["sec-websocket-protocol", "chat, a b"]])
+      assert_equal 400, bad_protocol["status"], bad_protocol.inspect
+      # The app took each of those four: the handler heard only on_close.
+      assert wait_until { events(log).count("close false") == 4 }, events(log).inspect
       assert_empty events(log).grep(/\Aopen/)
       ok = client.open("/ws")
       assert_equal 200, ok["status"], "the connection still serves WebSockets"
