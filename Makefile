@@ -27,7 +27,7 @@ export PATH := $(HOME)/.cargo/bin:/usr/local/go/bin:$(PATH)
 APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-rack-test puma wrk apache2-utils curl thin ruby-webrick \
                 openssl nghttp2-client haproxy nginx ruby-railties ruby-actionpack \
-                ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets \
+                ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets python3-h2 \
                 systemd zstd prometheus chromium testssl.sh redis-server ruby-redis
 
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)

@@ -8,7 +8,11 @@
 #   - idle: CLIENTS connections opened and left idle; the server's RSS and
 #     OS threads before and after (the whole process tree);
 #   - broadcast: one publish to all of them, timed until the last client
-#     has read it (Tsubame and Iodine; faye has no publish);
+#     has read it (Tsubame and Iodine; faye has no publish). With
+#     BROADCAST_CLIENT=rust the idle connections and the broadcast are
+#     those of crates/tsubame-bench/examples/ws_broadcast.rs, which reads
+#     every socket at once on epoll (the Ruby client reads them one after
+#     the other, and its reading is then most of the figure);
 #   - echo: ECHOES round trips of a 32-byte text message on one connection.
 #
 #   benchmarks/websocket.rb
@@ -24,6 +28,12 @@ CLIENTS = Integer(ENV.fetch("CLIENTS", "10000"))
 ECHOES = Integer(ENV.fetch("ECHOES", "5000"))
 ROUNDS = Integer(ENV.fetch("ROUNDS", "3"))
 PORT = Integer(ENV.fetch("PORT", "19700"))
+RUST_CLIENT = ENV["BROADCAST_CLIENT"] == "rust"
+if RUST_CLIENT
+  system("cargo", "build", "--release", "-q", "-p", "tsubame-bench", "--example", "ws_broadcast",
+         chdir: ROOT, exception: true)
+end
+WS_BROADCAST = File.join(ROOT, "target/release/examples/ws_broadcast")
 Client = Tsubame::UpgradeSupport::Client
 
 SERVERS = {
@@ -95,6 +105,8 @@ def run(name, command)
 
   rss0 = status_sum(pid, "VmRSS")
   threads0 = status_sum(pid, "Threads")
+  return result.merge(rust_broadcast(pid, rss0, threads0)) if RUST_CLIENT
+
   clients = Array.new(CLIENTS) { Client.new(PORT) }
   sleep 1
   result[:rss_mb] = (status_sum(pid, "VmRSS") - rss0) / 1024.0
@@ -110,6 +122,25 @@ ensure
   echo&.close
   Process.kill("-KILL", pid) if pid
   Process.wait(pid) if pid
+end
+
+# Idle connections and the broadcast by ws_broadcast: it says when its
+# connections are open, the memory is read, then it publishes and reports.
+def rust_broadcast(pid, rss0, threads0)
+  IO.popen([WS_BROADCAST, PORT.to_s, CLIENTS.to_s], "r+") do |io|
+    line = io.gets or raise "ws_broadcast ended before connecting"
+    raise "ws_broadcast: #{line}" unless line.start_with?("connected")
+
+    sleep 1
+    result = { rss_mb: (status_sum(pid, "VmRSS") - rss0) / 1024.0,
+               threads_added: status_sum(pid, "Threads") - threads0 }
+    io.puts("go")
+    report = io.gets.to_s
+    received, last = report.match(/received (\d+) of \d+, last ([\d.]+) ms/)&.captures
+    raise "ws_broadcast: #{report}" unless last
+
+    result.merge(broadcast_ms: Float(last), received: Integer(received))
+  end
 end
 
 rows = Hash.new { |h, k| h[k] = [] }
@@ -135,4 +166,16 @@ medians.each do |name, m|
   next if name == "tsubame" || m[:echo_us].nil?
 
   puts format("echo round trip: tsubame is %.2fx %s", m[:echo_us] / base, name)
+end
+# The same comparison round by round (each round runs every server once,
+# one after the other, so a round's ratio shares that moment's load): the
+# median of the per-round ratios, and each.
+rows.each do |name, list|
+  next if name == "tsubame"
+
+  ratios = list.zip(rows["tsubame"]).filter_map { |peer, own| peer[:echo_us] / own[:echo_us] if peer && own }
+  next if ratios.empty?
+
+  puts format("echo round trip per round: tsubame is %.2fx %s (median of %s)", median(ratios), name,
+              ratios.map { |r| r.round(2) }.join(", "))
 end

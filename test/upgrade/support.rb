@@ -5,6 +5,7 @@ require "digest/sha1"
 require "base64"
 require "json"
 require "openssl"
+require "open3"
 
 module Tsubame
   # A WebSocket client written for the tests, byte by byte, so a test can
@@ -90,24 +91,7 @@ module Tsubame
 
       # A frame as a client sends it: masked unless told otherwise.
       def send_frame(opcode, payload, fin: true, mask: true, rsv: 0)
-        payload = payload.b
-        first = (fin ? 0x80 : 0) | (rsv << 4) | opcode
-        len = payload.bytesize
-        header = [first].pack("C")
-        mask_bit = mask ? 0x80 : 0
-        header << if len < 126
-                    [mask_bit | len].pack("C")
-                  elsif len < 65_536
-                    [mask_bit | 126, len].pack("Cn")
-                  else
-                    [mask_bit | 127, len].pack("CQ>")
-                  end
-        if mask
-          key = Random.bytes(4)
-          header << key
-          payload = payload.bytes.each_with_index.map { |b, i| b ^ key.getbyte(i % 4) }.pack("C*")
-        end
-        @sock.write(header + payload)
+        @sock.write(UpgradeSupport.frame(opcode, payload, fin: fin, mask: mask, rsv: rsv))
       end
 
       # Raw bytes, for frames the helpers above cannot make.
@@ -205,6 +189,91 @@ module Tsubame
       rescue Errno::ECONNRESET
         false
       end
+    end
+
+    # WebSockets over HTTP/2 (RFC 8441) on one HTTP/2 connection, through
+    # h2_websocket_client.py (Debian's python3-h2 and python3-websockets):
+    # each method is one of its commands, answered as a Hash.
+    class H2Client
+      SCRIPT = File.expand_path("h2_websocket_client.py", __dir__)
+
+      def initialize(port, tls: false)
+        args = [SCRIPT, port.to_s]
+        args << "--tls" if tls
+        @stdin, @stdout, @stderr, @wait = Open3.popen3("/usr/bin/python3", *args)
+      end
+
+      def call(op, **args)
+        @stdin.puts(JSON.generate(args.merge(op: op)))
+        raise "the h2 client did not answer #{op}: #{@stderr.read_nonblock(65_536, exception: false)}" unless @stdout.wait_readable(60)
+
+        line = @stdout.gets
+        raise "the h2 client exited: #{@stderr.read}" unless line
+
+        JSON.parse(line)
+      end
+
+      def settings = call("settings")
+
+      # The answer to an extended CONNECT: "stream" and "status" (or
+      # "reset"), "headers" ([name, value] pairs) and for a refusal "body".
+      def open(path = "/ws", **opts) = call("open", path: path, **opts)
+
+      def get(path) = call("get", path: path)
+
+      def text(stream, data) = call("text", stream: stream, data: data)
+
+      def binary(stream, data) = call("binary", stream: stream, data: [data].pack("m0"))
+
+      def raw(stream, bytes) = call("raw", stream: stream, hex: bytes.unpack1("H*"))
+
+      def close_frame(stream, code = 1000, reason = "") = call("close", stream: stream, code: code, reason: reason)
+
+      # The next frame: {"type" => "text"|"binary"|"close"|"ping"|"end"|"reset"|"timeout", ...};
+      # a binary message's data comes decoded.
+      def recv(stream, timeout: 10)
+        frame = call("recv", stream: stream, timeout: timeout)
+        frame["data"] = frame["data"].unpack1("m0") if frame["type"] == "binary"
+        frame
+      end
+
+      # The next text or binary message's data, past pings.
+      def read_message(stream, timeout: 10)
+        loop do
+          frame = recv(stream, timeout: timeout)
+          return frame["data"] if %w[text binary].include?(frame["type"])
+          raise "expected a message, got #{frame.inspect}" unless frame["type"] == "ping"
+        end
+      end
+
+      %w[end reset pause resume unacked].each do |op|
+        define_method(op) { |stream| call(op, stream: stream) }
+      end
+
+      def close
+        @stdin.close unless @stdin.closed?
+        Process.kill("KILL", @wait.pid) unless @wait.join(5)
+        @wait.value
+      rescue Errno::ESRCH
+        nil
+      end
+    end
+
+    # A frame as a client sends it: masked unless told otherwise; `rsv`
+    # the three RSV bits (4: RSV1).
+    def self.frame(opcode, payload, fin: true, mask: true, rsv: 0)
+      payload = payload.b
+      len = payload.bytesize
+      head = [(fin ? 0x80 : 0) | (rsv << 4) | opcode].pack("C")
+      mask_bit = mask ? 0x80 : 0
+      head << if len < 126 then [mask_bit | len].pack("C")
+              elsif len < 65_536 then [mask_bit | 126, len].pack("Cn")
+              else [mask_bit | 127, len].pack("CQ>")
+              end
+      return head + payload unless mask
+
+      key = Random.bytes(4)
+      head + key + payload.bytes.each_with_index.map { |b, i| b ^ key.getbyte(i % 4) }.pack("C*")
     end
 
     def events(path)

@@ -379,12 +379,13 @@ pub fn build(
 }
 
 /// What `rack.upgrade?` offers: "websocket" for an HTTP/1.1 WebSocket
-/// upgrade request, "sse" for a GET that accepts `text/event-stream`,
-/// nothing otherwise (and never on HTTP/2). Part of the env the engine
+/// upgrade request or an HTTP/2 extended CONNECT with `:protocol
+/// websocket` (RFC 8441), "sse" for an HTTP/1 GET that accepts
+/// `text/event-stream`, nothing otherwise. Part of the env the engine
 /// builds anyway, so a plain request pays two header scans, no call.
 fn upgrade_offer(head: &RequestHead) -> Option<&'static str> {
     if head.version == Version::Http2 {
-        return None;
+        return tsubame_engine::ws::handshake::is_extended_connect(head).then_some("websocket");
     }
     if tsubame_engine::ws::handshake::is_upgrade_request(head) {
         return Some("websocket");

@@ -227,6 +227,7 @@ mod tests {
             framing: Framing::None,
             keep_alive: true,
             expect_continue: false,
+            protocol: None,
         }
     }
 

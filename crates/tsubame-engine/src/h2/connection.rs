@@ -83,7 +83,10 @@ pub(crate) async fn serve_h2<T: H2Io>(io: T, conn: Arc<ConnInfo>, shared: Arc<Sh
         .max_concurrent_streams(opts.h2_max_concurrent_streams)
         .initial_window_size(opts.h2_initial_window_size)
         .initial_connection_window_size(opts.h2_initial_connection_window_size)
-        .max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX));
+        .max_header_list_size(u32::try_from(opts.max_header_size).unwrap_or(u32::MAX))
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSockets over this
+        // connection's streams (RFC 8441, `h2/upgraded.rs`).
+        .enable_connect_protocol();
     let mut connection = match timeout(opts.first_data_timeout, builder.handshake::<_, Bytes>(io)).await {
         Ok(Ok(connection)) => connection,
         _ => return,
@@ -141,7 +144,15 @@ async fn serve_stream(
         Ok(head) => head,
         Err(e) => return refuse(&mut respond, &shared, e).await,
     };
-    if recv.is_end_stream() && head.framing == Framing::Chunked {
+    // An extended CONNECT's DATA frames are the WebSocket's, read by the
+    // session once the app took the upgrade: not a body to read now.
+    let websocket = head
+        .protocol
+        .is_some()
+        .then(|| crate::ws::handshake::check_extended_connect(&head));
+    if websocket.is_some() {
+        head.framing = Framing::None;
+    } else if recv.is_end_stream() && head.framing == Framing::Chunked {
         // HEADERS ended the stream: no body at all, as a GET over HTTP/1.
         head.framing = Framing::None;
     }
@@ -151,15 +162,19 @@ async fn serve_stream(
             return drain(&mut recv).await;
         }
     }
-    let body = match read_body(&mut recv, &head, &shared).await {
-        Ok(body) => body,
-        Err(None) => return,
-        Err(Some(e)) => {
-            refuse(&mut respond, &shared, e).await;
-            return drain(&mut recv).await;
-        }
+    let body = match websocket {
+        Some(_) => Body::Empty,
+        None => match read_body(&mut recv, &head, &shared).await {
+            Ok(body) => body,
+            Err(None) => return,
+            Err(Some(e)) => {
+                refuse(&mut respond, &shared, e).await;
+                return drain(&mut recv).await;
+            }
+        },
     };
-    if let Some(probe) = health::answer(&head, &shared) {
+    // A probe's 200 would tell a WebSocket client its stream opened.
+    if let Some(probe) = websocket.is_none().then(|| health::answer(&head, &shared)).flatten() {
         let _ = send_full(&mut respond, probe.into(), &shared).await;
         return;
     }
@@ -172,6 +187,7 @@ async fn serve_stream(
     let public = shared.public.as_ref().and_then(|p| p.answer(&head, true));
     let mut job_state = None;
     let mut replied_at = None;
+    let mut declined = false;
     let reply = if let Some(reply) = public {
         reply
     } else {
@@ -190,6 +206,7 @@ async fn serve_stream(
         // A shed has no app time: the engine answered instead.
         replied_at = (shared.observe.is_on() && matches!(answer, Answer::Reply(_))).then(Instant::now);
         job_state = Some(state);
+        declined = websocket.is_some() && matches!(&answer, Answer::Reply(r) if !matches!(r, Reply::Upgrade { .. }));
         let reply = match answer {
             Answer::Reply(reply) => reply,
             Answer::Shed(reason) => {
@@ -214,6 +231,50 @@ async fn serve_stream(
         };
         reply
     };
+    if declined {
+        // A WebSocket the app did not take with `rack.upgrade`: most
+        // likely an app that opens WebSockets by full hijack
+        // (faye-websocket, ActionCable), which HTTP/2 cannot offer. A
+        // browser goes over extended CONNECT whenever the server's
+        // SETTINGS allow it, and would fail on the app's 404; resetting
+        // the stream with HTTP_1_1_REQUIRED (RFC 9113 §7) makes it retry
+        // the WebSocket over HTTP/1.1, where the app's own handshake
+        // works, and where a deliberate refusal reaches it all the same.
+        shared.observe.finish(&Finished {
+            peer: &conn.peer_addr,
+            method: &method,
+            target: &target,
+            version: Version::Http2,
+            status: reply_status(&reply),
+            request_body_bytes,
+            response_body_bytes: 0,
+            received_at,
+            replied_at,
+            state: job_state.as_deref(),
+            tags: &tags,
+        });
+        respond.send_reset(Reason::HTTP_1_1_REQUIRED);
+        return;
+    }
+    if let Reply::Upgrade { kind, id } = reply {
+        // The stream is handed over: counted now, as a 200 (the WebSocket
+        // opened) or its refusal, with no body.
+        shared.observe.finish(&Finished {
+            peer: &conn.peer_addr,
+            method: &method,
+            target: &target,
+            version: Version::Http2,
+            status: crate::h2::upgraded::status(kind, websocket.as_ref()),
+            request_body_bytes,
+            response_body_bytes: 0,
+            received_at,
+            replied_at,
+            state: job_state.as_deref(),
+            tags: &tags,
+        });
+        drop((method, target, accept_encoding, job_state, tags));
+        return crate::h2::upgraded::serve(respond, recv, kind, id, websocket, &shared).await;
+    }
     let (reply, encoder) = for_client(shared.compression.as_ref(), reply, accept_encoding).await;
     let status = reply_status(&reply);
     let reply = shared.observe.tag_reply(reply, &tags);
@@ -238,11 +299,28 @@ async fn serve_stream(
 
 /// Maps the pseudo-headers onto what the HTTP/1 parser would have produced:
 /// `:method`, `:path` (split into path and query), `:authority` (as the
-/// host, and as a `host` header when the client sent none).
+/// host, and as a `host` header when the client sent none), and an
+/// extended CONNECT's `:protocol`.
 fn request_head(parts: &http::request::Parts, shared: &Shared) -> Result<RequestHead, HttpError> {
     let method = Bytes::copy_from_slice(parts.method.as_str().as_bytes());
-    if !shared.opts.http_methods.allows(&method) {
-        return Err(HttpError::NotImplemented("request method not supported"));
+    // An extended CONNECT (RFC 8441) names the protocol the stream will
+    // carry; the `h2` crate lets it through only on CONNECT, with :scheme
+    // and :path. The engine speaks one: WebSocket, offered to the app
+    // whatever `supported_http_methods` says (it is the handshake, not a
+    // proxy's CONNECT).
+    let protocol = parts
+        .extensions
+        .get::<h2::ext::Protocol>()
+        .map(|p| Bytes::copy_from_slice(p.as_str().as_bytes()));
+    match &protocol {
+        Some(p) if !p.eq_ignore_ascii_case(b"websocket") => {
+            return Err(HttpError::NotImplemented("unsupported :protocol in extended CONNECT"));
+        }
+        Some(_) => {}
+        None if !shared.opts.http_methods.allows(&method) => {
+            return Err(HttpError::NotImplemented("request method not supported"));
+        }
+        None => {}
     }
     let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
     if target.len() > shared.limits.max_uri_size {
@@ -298,6 +376,7 @@ fn request_head(parts: &http::request::Parts, shared: &Shared) -> Result<Request
         framing: framing.unwrap_or(Framing::Chunked),
         keep_alive: true,
         expect_continue: false,
+        protocol,
     })
 }
 
@@ -656,7 +735,7 @@ async fn write_reply(
             None
         }
         Reply::Upgrade { id, .. } => {
-            // Never offered on HTTP/2 (no `rack.upgrade?` in the env).
+            // Handed to `h2/upgraded.rs` before this is called.
             crate::upgrade::abandon(&shared.upgrades, &shared.upgrade_events, id);
             respond.send_reset(Reason::INTERNAL_ERROR);
             None

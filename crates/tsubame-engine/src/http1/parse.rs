@@ -373,6 +373,7 @@ impl Layout {
             framing,
             keep_alive,
             expect_continue,
+            protocol: None,
         }))
     }
 }

@@ -54,6 +54,9 @@ pub struct RequestHead {
     pub framing: Framing,
     pub keep_alive: bool,
     pub expect_continue: bool,
+    /// The `:protocol` of an HTTP/2 extended CONNECT (RFC 8441), such as
+    /// `websocket`; `None` for every other request.
+    pub protocol: Option<Bytes>,
 }
 
 impl RequestHead {

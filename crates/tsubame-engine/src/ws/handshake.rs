@@ -1,6 +1,9 @@
 //! The server's side of the opening handshake (RFC 6455 §4.2): deciding
 //! whether a request asks for a WebSocket, checking it as §4.2.1 requires,
-//! and writing the 101 response (§4.2.2).
+//! and writing the 101 response (§4.2.2). Over HTTP/2 the handshake is an
+//! extended CONNECT instead (RFC 8441 §4–5: `:protocol websocket`, no key,
+//! a 200 answer), checked by `check_extended_connect`; what it negotiates
+//! (subprotocols, extensions) is the same `Upgrade`.
 
 use super::base64;
 use crate::message::head::{RequestHead, Version};
@@ -18,8 +21,9 @@ const ACCEPT_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// What a valid handshake asks for; the application chooses among it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upgrade {
-    /// The `Sec-WebSocket-Accept` value.
-    pub accept: String,
+    /// The `Sec-WebSocket-Accept` value; `None` for an HTTP/2 extended
+    /// CONNECT, which has no key to answer (RFC 8441 §5).
+    pub accept: Option<String>,
     /// `Sec-WebSocket-Protocol` offers, in the client's order of preference.
     pub protocols: Vec<String>,
     /// The raw `Sec-WebSocket-Extensions` value (fields joined with ", "),
@@ -42,6 +46,8 @@ pub enum HandshakeError {
     BadKey,
     /// A `Sec-WebSocket-Protocol` entry that is not an HTTP token.
     BadProtocol,
+    /// An HTTP/2 stream that is not a CONNECT with `:protocol websocket`.
+    NotExtendedConnect,
 }
 
 impl HandshakeError {
@@ -64,6 +70,7 @@ impl HandshakeError {
             HandshakeError::BadVersion => "unsupported Sec-WebSocket-Version",
             HandshakeError::BadKey => "Sec-WebSocket-Key is not 16 bytes in base64",
             HandshakeError::BadProtocol => "invalid Sec-WebSocket-Protocol",
+            HandshakeError::NotExtendedConnect => "WebSocket over HTTP/2 must be a CONNECT with :protocol websocket",
         }
     }
 }
@@ -111,7 +118,47 @@ pub fn check(head: &RequestHead) -> Result<Upgrade, HandshakeError> {
         return Err(HandshakeError::BadKey);
     }
     Ok(Upgrade {
-        accept: accept_key(key),
+        accept: Some(accept_key(key)),
+        protocols: protocols(head)?,
+        extensions: joined_values(head, b"sec-websocket-extensions"),
+    })
+}
+
+/// The `:protocol` (RFC 8441 §4) and `Upgrade` token of WebSockets.
+const WEBSOCKET: &[u8] = b"websocket";
+
+/// Cheap: an HTTP/2 stream that asks for a WebSocket, i.e. an extended
+/// CONNECT whose `:protocol` is `websocket`. For `env["rack.upgrade?"]`;
+/// `check_extended_connect` does the rest. (The `h2` crate already reset
+/// streams whose `:protocol` lacks `:scheme` or `:path`, or that carry it
+/// on another method, with PROTOCOL_ERROR, as RFC 8441 §4 asks.)
+pub fn is_extended_connect(head: &RequestHead) -> bool {
+    head.version == Version::Http2
+        && &head.method[..] == b"CONNECT"
+        && head
+            .protocol
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case(WEBSOCKET))
+}
+
+/// The checks RFC 8441 §5 keeps of RFC 6455 §4.2.1 for a WebSocket over
+/// an HTTP/2 stream: a host (`:authority`, or a `host` header), version
+/// 13, subprotocol offers that are tokens. There is no key, no `Upgrade`
+/// and no `Connection` (HTTP/2 has neither), and the answer is a 200
+/// rather than a 101.
+pub fn check_extended_connect(head: &RequestHead) -> Result<Upgrade, HandshakeError> {
+    if !is_extended_connect(head) {
+        return Err(HandshakeError::NotExtendedConnect);
+    }
+    if head.host.is_none() && head.header(b"host").is_none() {
+        return Err(HandshakeError::NoHost);
+    }
+    match single_value(head, b"sec-websocket-version") {
+        Some(version) if version == VERSION.as_bytes() => {}
+        _ => return Err(HandshakeError::BadVersion),
+    }
+    Ok(Upgrade {
+        accept: None,
         protocols: protocols(head)?,
         extensions: joined_values(head, b"sec-websocket-extensions"),
     })
@@ -134,9 +181,11 @@ pub fn accept_key(key: &[u8]) -> String {
 pub fn response_head(upgrade: &Upgrade, protocol: Option<&str>, extensions: Option<&str>) -> Vec<u8> {
     let mut head = Vec::with_capacity(160);
     head.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\n");
-    head.extend_from_slice(b"sec-websocket-accept: ");
-    head.extend_from_slice(upgrade.accept.as_bytes());
-    head.extend_from_slice(b"\r\n");
+    if let Some(accept) = &upgrade.accept {
+        head.extend_from_slice(b"sec-websocket-accept: ");
+        head.extend_from_slice(accept.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
     // Offers are checked tokens, so matching one also keeps CR/LF out.
     if let Some(chosen) = protocol.filter(|p| upgrade.protocols.iter().any(|offer| offer == p)) {
         head.extend_from_slice(b"sec-websocket-protocol: ");
@@ -256,7 +305,7 @@ mod tests {
         assert_eq!(
             upgrade,
             Upgrade {
-                accept: "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into(),
+                accept: Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".into()),
                 protocols: vec![],
                 extensions: vec![],
             }
@@ -455,10 +504,91 @@ mod tests {
             framing: crate::message::head::Framing::None,
             keep_alive: true,
             expect_continue: false,
+            protocol: None,
         };
         assert_eq!(
             check(&head).map(|u| u.accept),
-            Ok("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_owned())
+            Ok(Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=".to_owned()))
         );
+    }
+
+    /// An HTTP/2 stream's head as `h2/connection.rs` builds it.
+    fn extended_connect(protocol: Option<&'static str>, headers: &[(&'static str, &'static str)]) -> RequestHead {
+        RequestHead {
+            method: Bytes::from_static(b"CONNECT"),
+            target: Bytes::from_static(b"/chat"),
+            path: Bytes::from_static(b"/chat"),
+            query: Bytes::new(),
+            version: Version::Http2,
+            headers: headers
+                .iter()
+                .map(|(n, v)| (Bytes::from_static(n.as_bytes()), Bytes::from_static(v.as_bytes())))
+                .collect(),
+            host: Some(Bytes::from_static(b"server.example.com")),
+            framing: crate::message::head::Framing::None,
+            keep_alive: true,
+            expect_continue: false,
+            protocol: protocol.map(|p| Bytes::from_static(p.as_bytes())),
+        }
+    }
+
+    #[test]
+    fn accepts_an_extended_connect_without_a_key() {
+        let head = extended_connect(
+            Some("websocket"),
+            &[
+                ("sec-websocket-version", "13"),
+                ("sec-websocket-protocol", "chat, superchat"),
+                ("sec-websocket-extensions", "permessage-deflate"),
+                ("origin", "http://www.example.com"),
+            ],
+        );
+        assert!(is_extended_connect(&head));
+        assert_eq!(
+            check_extended_connect(&head),
+            Ok(Upgrade {
+                accept: None,
+                protocols: vec!["chat".into(), "superchat".into()],
+                extensions: b"permessage-deflate".to_vec(),
+            })
+        );
+        // The token is compared as HTTP/1's Upgrade token is.
+        let upper = extended_connect(Some("WebSocket"), &[("sec-websocket-version", "13")]);
+        assert!(check_extended_connect(&upper).is_ok());
+    }
+
+    #[test]
+    fn refuses_other_extended_connects() {
+        let version = [("sec-websocket-version", "13")];
+        for protocol in [None, Some("websockets"), Some("connect-udp"), Some("")] {
+            let head = extended_connect(protocol, &version);
+            assert!(!is_extended_connect(&head), "{protocol:?}");
+            assert_eq!(check_extended_connect(&head), Err(HandshakeError::NotExtendedConnect));
+        }
+        // An HTTP/1.1 upgrade request is not one, whatever its fields.
+        assert!(!is_extended_connect(&handshake("")));
+        let mut get = extended_connect(Some("websocket"), &version);
+        get.method = Bytes::from_static(b"GET");
+        assert!(!is_extended_connect(&get));
+    }
+
+    #[test]
+    fn an_extended_connect_needs_version_13_and_a_host() {
+        for headers in [
+            &[][..],
+            &[("sec-websocket-version", "8")],
+            &[("sec-websocket-version", "13, 8")],
+        ] {
+            let err = check_extended_connect(&extended_connect(Some("websocket"), headers)).unwrap_err();
+            assert_eq!((err, err.status()), (HandshakeError::BadVersion, 426), "{headers:?}");
+        }
+        let mut no_host = extended_connect(Some("websocket"), &[("sec-websocket-version", "13")]);
+        no_host.host = None;
+        assert_eq!(check_extended_connect(&no_host), Err(HandshakeError::NoHost));
+        let bad = extended_connect(
+            Some("websocket"),
+            &[("sec-websocket-version", "13"), ("sec-websocket-protocol", "a b")],
+        );
+        assert_eq!(check_extended_connect(&bad), Err(HandshakeError::BadProtocol));
     }
 }

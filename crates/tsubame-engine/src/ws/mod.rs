@@ -1,6 +1,7 @@
 //! The WebSocket protocol (RFC 6455) as pure functions over bytes, with no
 //! I/O: the opening handshake (`handshake.rs`: is a request an upgrade,
-//! is it a valid one, the `Sec-WebSocket-Accept` value and the 101 head),
+//! is it a valid one, the `Sec-WebSocket-Accept` value and the 101 head;
+//! over HTTP/2 the extended CONNECT of RFC 8441),
 //! frames (`frame.rs`: header parsing, server frame encoding, masking),
 //! the decoder that turns a client's frames into messages (`message.rs`:
 //! fragmentation, control frames between fragments, size limits, UTF-8
@@ -29,5 +30,8 @@ pub mod utf8;
 
 pub use close::{close_payload, valid_received_code};
 pub use frame::{encode, encode_header, OpCode};
-pub use handshake::{accept_key, check, is_upgrade_request, response_head, HandshakeError, Upgrade};
+pub use handshake::{
+    accept_key, check, check_extended_connect, is_extended_connect, is_upgrade_request, response_head, HandshakeError,
+    Upgrade,
+};
 pub use message::{Decoder, Limits, Message, ProtocolError};
