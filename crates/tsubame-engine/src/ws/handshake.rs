@@ -3,8 +3,8 @@
 //! and writing the 101 response (§4.2.2).
 
 use super::base64;
+use crate::crypto::lib::digest;
 use crate::message::head::{RequestHead, Version};
-use ring::digest;
 use std::fmt;
 
 /// The only protocol version this module speaks (§4.4); sent in
