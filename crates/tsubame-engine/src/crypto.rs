@@ -25,12 +25,6 @@ pub use ring as lib;
 #[cfg(all(feature = "ring", not(feature = "aws-lc")))]
 pub use rustls::crypto::ring as provider;
 
-/// The library's name as logs and `--version`-style output show it.
-#[cfg(feature = "aws-lc")]
-pub const NAME: &str = "aws-lc-rs";
-#[cfg(all(feature = "ring", not(feature = "aws-lc")))]
-pub const NAME: &str = "ring";
-
 /// rustls's default provider of the selected library: every cipher suite
 /// and key exchange group it has, its signature algorithms and key loader.
 pub fn default_provider() -> rustls::crypto::CryptoProvider {
