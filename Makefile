@@ -31,8 +31,8 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 systemd zstd prometheus chromium testssl.sh redis-server ruby-redis
 
 # The crypto library under rustls, session tickets and the WebSocket
-# handshake: aws-lc (aws-lc-rs, the default: its RSA signatures are about
-# twice as fast as ring's) or ring (TLS_CRYPTO=ring make build). See
+# handshake: aws-lc (aws-lc-rs, the default: its RSA signatures are
+# faster than ring's) or ring (TLS_CRYPTO=ring make build). See
 # crates/tsubame-engine/src/crypto.rs and docs/TLS_HTTP2.md.
 TLS_CRYPTO ?= aws-lc
 CRYPTO_FEATURES := --no-default-features --features tsubame_native/$(TLS_CRYPTO)
