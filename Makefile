@@ -30,6 +30,13 @@ APT_PACKAGES := ruby ruby-dev libclang-dev clang ruby-rack ruby-minitest rake \
                 ruby-actioncable ruby-websocket-driver ruby-nio4r python3-websockets python3-h2 \
                 systemd zstd prometheus chromium testssl.sh redis-server ruby-redis
 
+# The crypto library under rustls, session tickets and the WebSocket
+# handshake: aws-lc (aws-lc-rs, the default: its RSA signatures are
+# faster than ring's) or ring (TLS_CRYPTO=ring make build). See
+# crates/tsubame-engine/src/crypto.rs and docs/TLS_HTTP2.md.
+TLS_CRYPTO ?= aws-lc
+CRYPTO_FEATURES := --no-default-features --features tsubame_native/$(TLS_CRYPTO)
+
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 CARGO_SO := $(TARGET_DIR)/release/libtsubame_native.so
 NATIVE_SO := lib/tsubame/tsubame_native.so
@@ -87,7 +94,7 @@ deps:
 # the library changed. Copy-then-rename so a running server that has the
 # old library mapped is not corrupted.
 build: deps
-	cargo build --release -p tsubame_native -p tsubame-bench
+	cargo build --release -p tsubame_native -p tsubame-bench $(CRYPTO_FEATURES)
 	@if [ ! -e $(NATIVE_SO) ] || [ $(CARGO_SO) -nt $(NATIVE_SO) ]; then \
 	  cp $(CARGO_SO) $(NATIVE_SO).tmp && mv -f $(NATIVE_SO).tmp $(NATIVE_SO); \
 	  echo "build: updated $(NATIVE_SO)"; \

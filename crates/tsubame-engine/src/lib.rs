@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 pub mod compress;
+pub mod crypto;
 pub mod dispatch;
 pub mod error;
 pub mod files;

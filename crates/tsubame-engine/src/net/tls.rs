@@ -1,4 +1,4 @@
-//! TLS for `ssl://` binds: rustls (ring provider) server configurations
+//! TLS for `ssl://` binds: rustls (`crypto.rs`'s provider) server configurations
 //! built from PEM files, checked when the bind is made so a bad file fails
 //! the boot, and swapped in place on reload (HUP) so new handshakes use the
 //! new certificate while connections already open keep theirs.
@@ -114,7 +114,7 @@ impl TlsSettings {
         let choice = CipherChoice::new(self.cipher_filter.as_deref(), self.ciphersuites.as_deref())?;
         let provider = Arc::new(CryptoProvider {
             cipher_suites: choice.suites.clone(),
-            ..rustls::crypto::ring::default_provider()
+            ..crate::crypto::default_provider()
         });
         let mut specs = self.certs.clone();
         if let Some(dir) = &self.sni_dir {

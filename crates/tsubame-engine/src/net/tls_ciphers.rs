@@ -10,8 +10,8 @@
 //! gives (the server's preference), and what it names that rustls lacks is
 //! reported. An empty intersection is a configuration error.
 
+use crate::crypto::provider::cipher_suite as suite;
 use crate::net::tls_error::TlsError;
-use rustls::crypto::ring::cipher_suite as suite;
 use rustls::SupportedCipherSuite;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,8 @@ enum Enc {
     Chacha20,
 }
 
-/// One TLS 1.2 suite of rustls's ring provider, with the attributes
-/// OpenSSL's aliases select on.
+/// One TLS 1.2 suite of rustls's provider (aws-lc-rs and ring have the
+/// same six), with the attributes OpenSSL's aliases select on.
 struct Tls12 {
     openssl: &'static str,
     suite: SupportedCipherSuite,

@@ -17,9 +17,9 @@
 //! Ticket layout: period (8 bytes, big-endian) | nonce (12) | AES-256-GCM
 //! ciphertext and tag, the period bytes authenticated as associated data.
 
-use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
-use ring::hkdf;
-use ring::rand::{SecureRandom, SystemRandom};
+use crate::crypto::lib::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use crate::crypto::lib::hkdf;
+use crate::crypto::lib::rand::{SecureRandom, SystemRandom};
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

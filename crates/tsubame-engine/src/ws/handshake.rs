@@ -6,8 +6,8 @@
 //! (subprotocols, extensions) is the same `Upgrade`.
 
 use super::base64;
+use crate::crypto::lib::digest;
 use crate::message::head::{RequestHead, Version};
-use ring::digest;
 use std::fmt;
 
 /// The only protocol version this module speaks (§4.4); sent in
