@@ -171,8 +171,8 @@ module Tsubame
           assert_equal 60, clients.subscribed["subscribed"], clients.subscribed.inspect
           assert_equal workers, clients.subscribed["pids"].keys.map(&:to_i).sort, "both workers hold connections"
           stopped, speaker = workers
-          Process.kill("STOP", stopped)
           begin
+            stop_process(stopped)
             assert_equal speaker, get(server, "/series?prefix=p&count=200&pad=4000&interval=0.01").to_i
             result = clients.command("series p 200 30 #{speaker}", timeout: 45)["clients"]
             on_speaker = result.select { |c| c["pid"] == speaker }
