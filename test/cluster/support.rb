@@ -211,6 +211,23 @@ module Tsubame
       thread
     end
 
+    # SIGSTOP to `pid`, returning once every one of its threads has
+    # stopped. kill(2) returns as soon as the signal is queued: one thread
+    # takes it and then makes the others stop, and until each has, the
+    # process runs on; a connection it accepts in that moment then waits
+    # on a stopped process (until worker_timeout kills it) instead of
+    # going to the other worker.
+    def stop_process(pid, timeout: 10)
+      Process.kill("STOP", pid)
+      stopped = wait_until(timeout: timeout) do
+        states = Dir.glob("/proc/#{pid}/task/*/stat").map { |stat| File.read(stat)[/\) (\w)/, 1] }
+        !states.empty? && states.all?("T")
+      rescue Errno::ENOENT
+        false # a thread ended between the listing and the read
+      end
+      raise "process #{pid} did not stop within #{timeout}s" unless stopped
+    end
+
     def with_cluster(rackup = PID_APP, **opts)
       server = ClusterServer.new(rackup, **opts)
       yield server
