@@ -475,15 +475,30 @@ module Tsubame
     # detached one, as Puma's test config does), Ruby's wait(-1) does not
     # report the others, and a stop would wait for that child to exit.
     def reap
-      reap_children
-      # Workers that are not this process's children (Reforking: worker 0
-      # forked them) are watched by pid instead.
+      @workers.dup.each do |worker|
+        # Workers worker 0 forked are not this process's children (and may
+        # not have told their pid yet): Reforking#reap_others watches them.
+        next unless worker.pid && worker.child?
+
+        pid, status = wait_for(worker.pid)
+        exited(worker, status) if pid
+      end
+      if @restart_check && (pid, status = wait_for(@restart_check.pid)) && pid
+        @restart_check.exited(status)
+      end
+      reap_strays
+      # Workers that are not this process's children (Reforking).
       reap_others
     end
 
-    # Every child that has exited: workers, the restart check, and any
-    # process the app forked and left (reaped so it does not linger).
-    def reap_children
+    def wait_for(pid)
+      Process.wait2(pid, Process::WNOHANG)
+    rescue Errno::ECHILD
+      nil
+    end
+
+    # Any other child (one the app forked and left) is reaped too.
+    def reap_strays
       loop do
         pid, status = Process.wait2(-1, Process::WNOHANG)
         break unless pid
