@@ -474,6 +474,10 @@ module Tsubame
     # Process.detach thread waits for a child (a before_fork hook that
     # detached one, as Puma's test config does), Ruby's wait(-1) does not
     # report the others, and a stop would wait for that child to exit.
+    # Workers are reaped by pid first: while a Process.detach thread waits
+    # on some other child (a before_fork hook that detached one, as in
+    # Puma's process_detach_before_fork.rb), Ruby's wait(-1) does not
+    # report the exited worker, and a stop would wait for that child.
     def reap
       @workers.dup.each do |worker|
         # Workers worker 0 forked are not this process's children (and may
