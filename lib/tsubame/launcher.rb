@@ -1,5 +1,8 @@
 # frozen_string_literal: true
 
+# Loaded by Puma too, so apps that call Time#iso8601 or Time.parse without
+# requiring it work the same here.
+require "time"
 require "tsubame/version"
 require "tsubame/errors"
 require "tsubame/config/bind_uri"
@@ -106,7 +109,7 @@ module Tsubame
     def stats
       status = @server.status
       {
-        "started_at" => @started_at.utc.strftime("%FT%TZ"), # Time#iso8601 without loading time.rb
+        "started_at" => @started_at.utc.iso8601,
         "mode" => "single",
         "pid" => Process.pid,
         "rss_mb" => ProcessInfo.rss_mb(Process.pid),

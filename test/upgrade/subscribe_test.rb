@@ -14,6 +14,7 @@ class UpgradeSubscribeTest < Minitest::Test
   # what the second heard (binary messages in hex), with encodings and the
   # thread that called it.
   APP = <<~'RUBY'
+    require "json"
     heard = []
     lock = Mutex.new
     Tsubame.subscribe("news") { |message| raise "listener failure" if message == "boom" }

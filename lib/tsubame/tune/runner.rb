@@ -177,12 +177,16 @@ module Tsubame
           step = @stepper.measure(server, @load, rate, duration)
           return if @interrupted
 
-          step = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min) if step.doubtful
-          return if @interrupted
-
+          if step.doubtful
+            longer = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min)
+            # Ctrl-C during the longer run: the step measured before it
+            # stands, and the report shows it.
+            step = longer unless @interrupted
+          end
           result.steps << step
           search.record(rate, step.met?)
           say step_line(tag, step)
+          return if @interrupted
           unless server.alive?
             result.note = "the server exited at #{Format.rate(rate)} req/s"
             return say("#{tag}   #{result.note}")
