@@ -112,6 +112,20 @@ impl Shared {
     pub fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// The engine-held session of upgraded connection `id` (a WebSocket or
+    /// SSE stream over HTTP/1.1 or HTTP/2), or None if its handler is gone.
+    pub(crate) fn upgrade_session(&self, id: u64) -> Option<crate::upgrade::Session<'_>> {
+        Some(crate::upgrade::Session {
+            id,
+            out: self.upgrades.get(id)?,
+            registry: &self.upgrades,
+            events: &self.upgrade_events,
+            settings: &self.upgrade_settings,
+            stop: &self.stop_notify,
+            stopping: &self.stopping,
+        })
+    }
 }
 
 #[cfg(test)]

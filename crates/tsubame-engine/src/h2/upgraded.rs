@@ -10,7 +10,7 @@ use crate::dispatch::reply::UpgradeKind;
 use crate::h2::stream_io::StreamIo;
 use crate::net::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::shared::Shared;
-use crate::upgrade::{abandon, run_websocket, Session};
+use crate::upgrade::{abandon, run_websocket};
 use crate::ws::deflate::{negotiate, ACCEPTED};
 use crate::ws::handshake::{HandshakeError, Upgrade, VERSION};
 use bytes::{Bytes, BytesMut};
@@ -37,7 +37,7 @@ pub(crate) async fn serve(
     websocket: Option<Result<Upgrade, HandshakeError>>,
     shared: &Shared,
 ) {
-    let Some(out) = shared.upgrades.get(id) else {
+    let Some(session) = shared.upgrade_session(id) else {
         return;
     };
     let upgrade = match (kind, websocket) {
@@ -49,15 +49,6 @@ pub(crate) async fn serve(
             refuse(&mut respond, refused.and_then(Result::err));
             return abandon(&shared.upgrades, &shared.upgrade_events, id);
         }
-    };
-    let session = Session {
-        id,
-        out,
-        registry: &shared.upgrades,
-        events: &shared.upgrade_events,
-        settings: &shared.upgrade_settings,
-        stop: &shared.stop_notify,
-        stopping: &shared.stopping,
     };
     let deflate = shared.upgrade_settings.deflate && negotiate(&upgrade.extensions);
     let mut response = Response::new(());

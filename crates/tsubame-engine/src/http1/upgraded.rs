@@ -5,7 +5,7 @@
 use crate::dispatch::reply::UpgradeKind;
 use crate::net::client_io::{send, ClientIo};
 use crate::shared::Shared;
-use crate::upgrade::{abandon, run_sse, run_websocket, Session};
+use crate::upgrade::{abandon, run_sse, run_websocket};
 use crate::ws::handshake::{response_head, HandshakeError, Upgrade};
 use bytes::BytesMut;
 
@@ -17,17 +17,8 @@ pub(crate) async fn serve<T: ClientIo>(
     websocket: Option<Result<Upgrade, HandshakeError>>,
     shared: &Shared,
 ) {
-    let Some(out) = shared.upgrades.get(id) else {
+    let Some(session) = shared.upgrade_session(id) else {
         return;
-    };
-    let session = Session {
-        id,
-        out,
-        registry: &shared.upgrades,
-        events: &shared.upgrade_events,
-        settings: &shared.upgrade_settings,
-        stop: &shared.stop_notify,
-        stopping: &shared.stopping,
     };
     match (kind, websocket) {
         (UpgradeKind::Sse, _) => run_sse(&mut io, session).await,
