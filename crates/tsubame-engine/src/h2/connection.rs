@@ -231,6 +231,20 @@ async fn serve_stream(
         };
         reply
     };
+    // Each stream is counted once, however it ends.
+    let finished = |status, response_body_bytes| Finished {
+        peer: &conn.peer_addr,
+        method: &method,
+        target: &target,
+        version: Version::Http2,
+        status,
+        request_body_bytes,
+        response_body_bytes,
+        received_at,
+        replied_at,
+        state: job_state.as_deref(),
+        tags: &tags,
+    };
     if declined {
         // A WebSocket the app did not take with `rack.upgrade`: most
         // likely an app that opens WebSockets by full hijack
@@ -240,38 +254,16 @@ async fn serve_stream(
         // the stream with HTTP_1_1_REQUIRED (RFC 9113 §7) makes it retry
         // the WebSocket over HTTP/1.1, where the app's own handshake
         // works, and where a deliberate refusal reaches it all the same.
-        shared.observe.finish(&Finished {
-            peer: &conn.peer_addr,
-            method: &method,
-            target: &target,
-            version: Version::Http2,
-            status: reply_status(&reply),
-            request_body_bytes,
-            response_body_bytes: 0,
-            received_at,
-            replied_at,
-            state: job_state.as_deref(),
-            tags: &tags,
-        });
+        shared.observe.finish(&finished(reply_status(&reply), 0));
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
         return;
     }
     if let Reply::Upgrade { kind, id } = reply {
         // The stream is handed over: counted now, as a 200 (the WebSocket
         // opened) or its refusal, with no body.
-        shared.observe.finish(&Finished {
-            peer: &conn.peer_addr,
-            method: &method,
-            target: &target,
-            version: Version::Http2,
-            status: crate::h2::upgraded::status(kind, websocket.as_ref()),
-            request_body_bytes,
-            response_body_bytes: 0,
-            received_at,
-            replied_at,
-            state: job_state.as_deref(),
-            tags: &tags,
-        });
+        shared
+            .observe
+            .finish(&finished(crate::h2::upgraded::status(kind, websocket.as_ref()), 0));
         drop((method, target, accept_encoding, job_state, tags));
         return crate::h2::upgraded::serve(respond, recv, kind, id, websocket, &shared).await;
     }
@@ -279,19 +271,7 @@ async fn serve_stream(
     let status = reply_status(&reply);
     let reply = shared.observe.tag_reply(reply, &tags);
     let body_bytes = write_reply(&mut respond, reply, encoder, &shared).await;
-    shared.observe.finish(&Finished {
-        peer: &conn.peer_addr,
-        method: &method,
-        target: &target,
-        version: Version::Http2,
-        status,
-        request_body_bytes,
-        response_body_bytes: body_bytes.unwrap_or(0),
-        received_at,
-        replied_at,
-        state: job_state.as_deref(),
-        tags: &tags,
-    });
+    shared.observe.finish(&finished(status, body_bytes.unwrap_or(0)));
     if body_bytes.is_none() {
         Stats::bump(&shared.stats.client_disconnects);
     }

@@ -202,23 +202,24 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             };
             reply
         };
-        // A request whose connection leaves the HTTP loop (upgrade, hijack)
-        // is counted when it leaves: 101 (200 for SSE), no body.
-        let handed_over = |status| Finished {
+        // Each request is counted once, however it ends; one whose
+        // connection leaves the HTTP loop (upgrade, hijack) when it leaves:
+        // 101 (200 for SSE), no body.
+        let finished = |status, response_body_bytes| Finished {
             peer: &conn.peer_addr,
             method: &method,
             target: &target,
             version,
             status,
             request_body_bytes,
-            response_body_bytes: 0,
+            response_body_bytes,
             received_at,
             replied_at,
             state: job_state.as_deref(),
             tags: &tags,
         };
         if let Reply::Upgrade { kind, id } = reply {
-            shared.observe.finish(&handed_over(reply_status(&reply)));
+            shared.observe.finish(&finished(reply_status(&reply), 0));
             // These share the request's read buffer (16 KiB); held across
             // the session's await they would keep it for the life of an
             // idle WebSocket.
@@ -237,25 +238,13 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         let reply = shared.observe.tag_reply(reply, &tags);
         let (written, body_bytes) = match reply {
             Reply::Hijack { socket } => {
-                shared.observe.finish(&handed_over(status));
+                shared.observe.finish(&finished(status, 0));
                 let _ = socket.send(io.into_owned_fd());
                 return;
             }
             other => write_reply(&mut io, other, encoder, &shared).await,
         };
-        shared.observe.finish(&Finished {
-            peer: &conn.peer_addr,
-            method: &method,
-            target: &target,
-            version,
-            status,
-            request_body_bytes,
-            response_body_bytes: body_bytes,
-            received_at,
-            replied_at,
-            state: job_state.as_deref(),
-            tags: &tags,
-        });
+        shared.observe.finish(&finished(status, body_bytes));
         match written {
             Written::KeepAlive(true) if !shared.is_leaving() => continue,
             Written::KeepAlive(_) => {
