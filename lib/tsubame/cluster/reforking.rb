@@ -3,6 +3,7 @@
 require "tsubame/cluster/fork_link"
 require "tsubame/cluster/worker_link"
 require "tsubame/cluster/worker_handle"
+require "tsubame/support/process_info"
 
 module Tsubame
   # The master's side of fork_worker (docs/REFORK.md), mixed into Cluster:
@@ -109,19 +110,10 @@ module Tsubame
       @workers.reject(&:child?).each do |worker|
         if worker.pid.nil?
           exited(worker, nil) if worker.link.nil? || worker.link.closed?
-        elsif !process_alive?(worker.pid)
+        elsif !ProcessInfo.alive?(worker.pid)
           exited(worker, nil)
         end
       end
-    end
-
-    def process_alive?(pid)
-      Process.kill(0, pid)
-      true
-    rescue Errno::ESRCH
-      false
-    rescue Errno::EPERM
-      true
     end
 
     # "forked": the first word of a worker worker 0 forked.

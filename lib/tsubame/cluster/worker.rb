@@ -5,6 +5,7 @@ require "tsubame/config/hooks"
 require "tsubame/config/boot_checks"
 require "tsubame/support/log_redirect"
 require "tsubame/support/clock"
+require "tsubame/support/process_info"
 require "tsubame/cluster/mold"
 require "tsubame/control/process_sample"
 
@@ -180,12 +181,7 @@ module Tsubame
     def master_alive?
       return Process.ppid == @master_pid unless @forked
 
-      Process.kill(0, @master_pid)
-      true
-    rescue Errno::ESRCH
-      false
-    rescue Errno::EPERM
-      true
+      ProcessInfo.alive?(@master_pid)
     end
 
     def status

@@ -8,6 +8,18 @@ module Tsubame
   module ProcessInfo
     module_function
 
+    # Whether a process with this pid exists (EPERM: it does, another
+    # user's). For processes that are not this one's children, which
+    # wait() cannot watch.
+    def alive?(pid)
+      Process.kill(0, pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM
+      true
+    end
+
     # Resident set size in MiB, or nil when /proc does not say (the process
     # is gone, or this is not Linux).
     def rss_mb(pid)
