@@ -19,14 +19,8 @@ WRK_THREADS=${WRK_THREADS:-2}
 PORT_T=${PORT_T:-19392}
 PORT_P=${PORT_P:-19393}
 WORK=$(mktemp -d)
+source benchmarks/lib.sh
 SERVER_PID=
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-  fi
-}
 trap 'stop_server; rm -rf "$WORK"' EXIT
 
 command -v wrk >/dev/null || { echo "wrk is missing: run 'make deps'" >&2; exit 1; }

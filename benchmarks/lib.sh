@@ -15,3 +15,14 @@ wait_for_url() {
 
 # median: the median of the numbers on standard input, one a line.
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+
+# stop_server: TERMs the server whose pid is in SERVER_PID (if any) and
+# waits for it; scripts that run one server at a time call it between
+# servers and in their EXIT trap.
+stop_server() {
+  if [ -n "$SERVER_PID" ]; then
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=
+  fi
+}

@@ -29,13 +29,6 @@ PORT=${PORT:-19471}
 APP=benchmarks/apps/rails_warm_heap.ru
 WORK=$(mktemp -d)
 SERVER_PID=
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-  fi
-}
 trap 'stop_server; rm -rf "$WORK"' EXIT
 
 command -v ab >/dev/null || { echo "ab is missing (apache2-utils): run 'make deps'" >&2; exit 1; }

@@ -25,14 +25,8 @@ REQUESTS=${REQUESTS:-60000}
 PORT_T=${PORT_T:-19443}
 PORT_P=${PORT_P:-19444}
 WORK=$(mktemp -d)
+source benchmarks/lib.sh
 SERVER_PID=
-stop_server() {
-  if [ -n "$SERVER_PID" ]; then
-    kill -TERM "$SERVER_PID" 2>/dev/null || true
-    wait "$SERVER_PID" 2>/dev/null || true
-    SERVER_PID=
-  fi
-}
 trap 'stop_server; rm -rf "$WORK"' EXIT
 
 for tool in wrk h2load puma openssl; do
@@ -46,7 +40,6 @@ TLS_QUERY="cert=$WORK/cert.pem&key=$WORK/key.pem"
 declare -A APPS=([hello]="benchmarks/apps/hello.ru" [10KiB]="benchmarks/apps/string.ru")
 APP_ORDER=(hello 10KiB)
 
-source benchmarks/lib.sh
 
 # A TLS server that does not start says why in its log.
 wait_for_tls() { # PORT
