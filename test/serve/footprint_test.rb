@@ -33,6 +33,8 @@ class FootprintTest < Minitest::Test
       r = report(s)
       assert_empty r["features"].grep(%r{tsubame/(bench|tune)|/psych|/yaml\.rb}), "loaded by a plain server"
       assert_empty r["features"].grep(%r{/json\.rb}), "loaded by a plain server"
+      # What Puma loads, an app may use without requiring it.
+      %w[time uri socket].each { |lib| refute_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} not loaded" }
       assert_includes r["threads"], "tsubame-0"
       refute_includes r["threads"], "tsubame-timeouts"
     end
