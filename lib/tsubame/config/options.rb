@@ -465,6 +465,7 @@ module Tsubame
       raise ConfigError, "min threads (#{min}) must not be greater than max threads (#{max})"
     end
 
+    # One check per kind of value (KINDS); every option has one.
     def coerce(key, value)
       case KINDS.fetch(key)
       when :binds then coerce_binds(value)
@@ -481,12 +482,6 @@ module Tsubame
       when :optional_string then value.nil? ? nil : string(key, value)
       when :optional_callable then callable(key, value)
       when :strings then Array(value).map { |item| string(key, item) }.freeze
-      else coerce_cluster(key, value)
-      end
-    end
-
-    def coerce_cluster(key, value)
-      case KINDS.fetch(key)
       when :timeout then timeout(key, value)
       when :optional_timeout then value.nil? ? nil : timeout(key, value)
       when :optional_positive_integer then value.nil? ? nil : integer(key, value, 1, "a positive integer or nil")
@@ -501,31 +496,23 @@ module Tsubame
       when :directories then Array(value).map { |dir| public_dir(key, dir) }.freeze
       when :accel_mappings then accel_mappings(key, value)
       when :content_types then content_types(key, value)
-      else coerce_proxy(key, value)
-      end
-    end
-
-    def coerce_proxy(key, value)
-      case KINDS.fetch(key)
       when :proxy_protocol then proxy_protocol(key, value)
       when :header_name then value.nil? ? nil : header_name(key, value)
       when :cidrs then cidrs(key, value)
       when :access_log_format then access_log_format(key, value)
-      else coerce_puma8(key, value)
-      end
-    end
-
-    # --- Puma 7/8 directives ------------------------------------------------
-
-    def coerce_puma8(key, value)
-      case KINDS.fetch(key)
       when :keep_alive_requests then keep_alive_requests(key, value)
       when :http_methods then http_methods(key, value)
       when :optional_logger then value.nil? ? nil : logger(key, value)
       when :activated_sockets then activated_sockets(key, value)
-      else coerce_puma(key, value)
+      when :optional_existing_directory then value.nil? ? nil : existing_directory(key, value)
+      when :optional_url_scheme then value.nil? ? nil : url_scheme(key, value)
+      when :optional_file_mode then value.nil? ? nil : integer(key, value, 0, "a file mode such as 0640")
+      when :culling_strategy then culling_strategy(key, value)
+      when :shutdown_debug then [true, false, :on_force].include?(value) ? value : boolean(key, value)
       end
     end
+
+    # --- Puma 7/8 directives ------------------------------------------------
 
     # Puma takes any number, Float::INFINITY for no limit; nil here too.
     # 0 closes after every request, as 1 does (Puma's comparison).
@@ -573,16 +560,6 @@ module Tsubame
     end
 
     # The kinds of Puma's directives that came with issue 20.
-    def coerce_puma(key, value)
-      case KINDS.fetch(key)
-      when :optional_existing_directory then value.nil? ? nil : existing_directory(key, value)
-      when :optional_url_scheme then value.nil? ? nil : url_scheme(key, value)
-      when :optional_file_mode then value.nil? ? nil : integer(key, value, 0, "a file mode such as 0640")
-      when :culling_strategy then culling_strategy(key, value)
-      when :shutdown_debug then [true, false, :on_force].include?(value) ? value : boolean(key, value)
-      end
-    end
-
     ACCESS_LOG_FORMATS = %w[common combined json].freeze
 
     # nil, false or off (a Symbol in a config file, a String from a flag): none.
