@@ -156,8 +156,13 @@ module Tsubame
       @stopping = true
       # Not @stopping: the lame duck sets that too, and serves on.
       @stop_requested = true
-      @events << :shutdown_debug if @options[:shutdown_debug] == true
-      stop_engine
+      if @options[:shutdown_debug] == true
+        # The backtraces show where each thread was when the stop came, so
+        # #wait's thread takes them before the engine lets the threads go.
+        @events << :shutdown_debug
+      else
+        stop_engine
+      end
       # Closed by #wait's thread, not here: a trap handler should do no I/O.
       @events << :close_listeners if close_listeners
     end
@@ -180,7 +185,9 @@ module Tsubame
         case event
         when :close_listeners then @listeners.close
         when :drain then drain_backlog
-        when :shutdown_debug then ShutdownDebug.dump($stdout)
+        when :shutdown_debug
+          ShutdownDebug.dump($stdout)
+          stop_engine
         else outcome = event.last
         end
       end

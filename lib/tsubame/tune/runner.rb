@@ -178,9 +178,14 @@ module Tsubame
           return if @interrupted
 
           if step.doubtful
-            longer = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min)
-            # Ctrl-C during the longer run: the step measured before it
+            # Ctrl-C during the longer run (which may end the load
+            # generator, and fail the run): the step measured before it
             # stands, and the report shows it.
+            begin
+              longer = extend_step(server, tag, step, duration, [share_end, deadline - timeout].min)
+            rescue Load::Failed
+              raise unless @interrupted
+            end
             step = longer unless @interrupted
           end
           result.steps << step
