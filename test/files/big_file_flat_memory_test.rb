@@ -17,6 +17,9 @@ class BigFileFlatMemoryTest < Minitest::Test
   GIB = 1 << 30
   RSS_LIMIT = 5_000_000 # bytes
   THREAD_LIMIT = 0.001 # seconds
+  # Sending 1 GiB takes this VM 300 ms and more; a thread that sent any
+  # part of it in 64 KiB reads and writes would spend far over this.
+  STEAL_BOUND = 0.05 # seconds
 
   # /big is a body of our own with to_path (each would read the file, so
   # an engine that iterated it would be caught by the time it took). It
@@ -29,7 +32,8 @@ class BigFileFlatMemoryTest < Minitest::Test
   APP = <<~'RUBY'
     $timing = "none"
     queued = -> { File.read("/proc/thread-self/schedstat").split[1].to_i / 1e9 }
-    big_body = Struct.new(:to_path, :wall, :cpu, :queued) do
+    sleeps = -> { File.read("/proc/thread-self/status")[/^voluntary_ctxt_switches:\s*(\d+)/, 1].to_i }
+    big_body = Struct.new(:to_path, :wall, :cpu, :queued, :sleeps) do
       def each
         File.open(to_path, "rb") { |f| while (part = f.read(65_536)) do yield part end }
       end
@@ -38,7 +42,8 @@ class BigFileFlatMemoryTest < Minitest::Test
         wall_busy = Process.clock_gettime(Process::CLOCK_MONOTONIC) - wall
         cpu_busy = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) - cpu
         queued_busy = File.read("/proc/thread-self/schedstat").split[1].to_i / 1e9 - queued
-        $timing = format("%.9f %.9f %.9f", wall_busy, cpu_busy, queued_busy)
+        slept = File.read("/proc/thread-self/status")[/^voluntary_ctxt_switches:\s*(\d+)/, 1].to_i - sleeps
+        $timing = format("%.9f %.9f %.9f %d", wall_busy, cpu_busy, queued_busy, slept)
       end
     end
     run lambda { |env|
@@ -46,7 +51,7 @@ class BigFileFlatMemoryTest < Minitest::Test
       cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
       case env["PATH_INFO"]
       when "/big"
-        body = big_body.new(ENV.fetch("BIG_FILE"), wall, cpu, queued.call)
+        body = big_body.new(ENV.fetch("BIG_FILE"), wall, cpu, queued.call, sleeps.call)
         [200, { "content-type" => "application/octet-stream" }, body]
       when "/timing" then [200, { "content-type" => "text/plain" }, [$timing]]
       else
@@ -131,19 +136,26 @@ class BigFileFlatMemoryTest < Minitest::Test
       with_server(APP, args: ["-t", "1:1"], env: { "BIG_FILE" => path }, lint: LINT_FORWARDS_BODY) do |server|
         before, peak, bytes, length, seconds = download_measured(server, "/big")
         assert_equal [GIB.to_s, GIB], [length, bytes], "exactly 1 GiB, and the content-length says so"
-        wall, cpu, queued = server.get("/timing").body.split.map { |s| Float(s) }
+        wall, cpu, queued, slept = server.get("/timing").body.split.map { |s| Float(s) }
         report(format("to_path: RSS %.1f MB before, +%d KB peak during 1 GiB in %.2f s; " \
-                      "app thread %d µs wall, %d µs CPU, %d µs queued",
-                      before / 1e6, (peak - before) / 1000, seconds, wall * 1e6, cpu * 1e6, queued * 1e6))
+                      "app thread %d µs wall, %d µs CPU, %d µs queued, %d sleeps",
+                      before / 1e6, (peak - before) / 1000, seconds, wall * 1e6, cpu * 1e6, queued * 1e6, slept))
         assert_operator peak - before, :<, RSS_LIMIT, "RSS rose #{peak - before} bytes during the download"
         assert_operator cpu, :<, THREAD_LIMIT, "the app thread's CPU time in the request"
+        # The thread never waited for anything (the GVL, a lock, I/O, the
+        # transfer): each such wait is a voluntary context switch.
+        assert_equal 0, slept, "the app thread slept between app.call and body.close " \
+                               "(wall #{wall}, queued #{queued}, CPU #{cpu})"
         # Wall time less the time the kernel kept the thread waiting for a
         # core: on 2 cores, with the download itself (engine and client)
         # taking both, the thread is often queued 1-4 ms between handing
         # the file over and body.close while running ~0.1 ms. What is left
-        # (running, or blocked on anything: the GVL, a lock, I/O) is the
-        # time the request held it.
-        assert_operator wall - queued, :<, THREAD_LIMIT,
+        # is the time it ran plus the time this VM's vCPU was taken by the
+        # hypervisor (steal; no switch in the guest shows it, and the CI
+        # failures that had 1.8 ms here had 0.14 ms of CPU): it is checked
+        # as a whole only against a bound a hand-off could never meet, a
+        # thread that sent even a sliver of the 1 GiB itself.
+        assert_operator wall - queued, :<, STEAL_BOUND,
                         "the app thread's time from app.call to body.close, less run-queue waits " \
                         "(wall #{wall}, queued #{queued}, CPU #{cpu})"
       end
