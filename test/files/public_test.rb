@@ -215,6 +215,40 @@ class PublicFolderTest < Minitest::Test
     end
   end
 
+  # Which siblings a file has is remembered while its directory has not
+  # changed (docs/FILES.md): a sibling added to or removed from a
+  # directory that had been quiet for a long time is seen on the very
+  # next request, in a subdirectory and through a linked directory alike.
+  def test_siblings_added_or_removed_later_are_seen_at_once
+    with_public do |server, root|
+      FileUtils.mkdir_p(File.join(root, "assets"))
+      FileUtils.ln_s(File.join(root, "assets"), File.join(root, "linked"))
+      js = File.join(root, "assets", "app.js")
+      File.write(js, "plain")
+      long_ago = Time.at(1_700_000_000)
+      File.utime(long_ago, long_ago, File.dirname(js))
+      client = conn(server)
+      %w[/assets/app.js /linked/app.js].each do |path|
+        2.times do # the second answer is the remembered one
+          response = get(client, path, "Accept-Encoding" => "gzip")
+          assert_equal [200, "plain", nil, nil], [response.status, response.body, response["vary"], response["content-encoding"]], path
+        end
+      end
+      File.write("#{js}.gz", "GZ")
+      %w[/assets/app.js /linked/app.js].each do |path|
+        response = get(client, path, "Accept-Encoding" => "gzip")
+        assert_equal [200, "GZ", "accept-encoding", "gzip"], [response.status, response.body, response["vary"], response["content-encoding"]], path
+      end
+      File.utime(long_ago, long_ago, File.dirname(js))
+      get(client, "/assets/app.js", "Accept-Encoding" => "gzip") # remembered with the .gz
+      File.delete("#{js}.gz")
+      response = get(client, "/assets/app.js", "Accept-Encoding" => "gzip")
+      assert_equal [200, "plain", nil], [response.status, response.body, response["vary"]]
+    ensure
+      client&.close
+    end
+  end
+
   def test_fingerprinted_names_are_immutable_and_the_pattern_is_configurable
     with_public do |server, root|
       File.write(File.join(root, "app-0123456789abcdef.css"), "x")

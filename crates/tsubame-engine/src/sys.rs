@@ -185,21 +185,26 @@ pub(crate) fn open_beneath(dir: BorrowedFd<'_>, path: &std::path::Path) -> io::R
 /// final symlink): a cheap hint, with the walk starting at `dir` instead
 /// of `/`.
 pub(crate) fn exists_under(dir: BorrowedFd<'_>, path: &std::path::Path) -> bool {
+    stat_under(dir, path, false).is_some()
+}
+
+/// `fstatat` of `path` beneath `dir`; a final symlink is followed only
+/// when `follow` says so (those before it always are).
+pub(crate) fn stat_under(dir: BorrowedFd<'_>, path: &std::path::Path, follow: bool) -> Option<libc::stat> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: `path` is NUL-terminated and `stat` points to writable
     // memory of the right type, both alive for the call; the result is
-    // only read when the call succeeded.
+    // only read when the call succeeded, which fills it.
     unsafe {
-        libc::fstatat(
+        (libc::fstatat(
             dir.as_raw_fd(),
             path.as_ptr(),
             stat.as_mut_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        ) == 0
+            if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW },
+        ) == 0)
+            .then(|| stat.assume_init())
     }
 }
 

@@ -45,6 +45,44 @@ impl Root {
     }
 }
 
+impl Root {
+    /// When the directory `relative` (empty: the root) last changed, and
+    /// which directory it is; None if it cannot be looked at. A symlink to
+    /// a directory is followed: names come and go in the directory.
+    pub(crate) fn dir_stamp(&self, relative: &Path) -> Option<DirStamp> {
+        let name = if relative.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            relative
+        };
+        match &self.dir {
+            Some(dir) => crate::sys::stat_under(dir.as_fd(), name, true).map(|st| DirStamp {
+                dev: st.st_dev,
+                ino: st.st_ino,
+                changed: (st.st_mtime, st.st_mtime_nsec),
+            }),
+            None => {
+                use std::os::unix::fs::MetadataExt;
+                let meta = std::fs::metadata(self.path.join(relative)).ok()?;
+                Some(DirStamp {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    changed: (meta.mtime(), meta.mtime_nsec()),
+                })
+            }
+        }
+    }
+}
+
+/// A directory and its modification time (seconds, nanoseconds since the
+/// epoch): adding, removing or renaming a name in it changes the time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirStamp {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) changed: (i64, i64),
+}
+
 /// What a relative path names under the root.
 #[derive(Debug)]
 pub(crate) enum Located {

@@ -3,7 +3,8 @@
 //! in the folder goes on to the app. One concern per file: `path.rs`
 //! decodes and refuses request paths, `locate.rs` finds them on disk
 //! inside the root, `conditional.rs` has the validators and 304s,
-//! `range.rs` the byte ranges, `encoding.rs` the precompressed siblings,
+//! `range.rs` the byte ranges, `encoding.rs` the precompressed siblings
+//! (`siblings.rs` remembers which a file has),
 //! `content_type.rs` the types, `reply.rs` builds the responses.
 
 mod conditional;
@@ -13,6 +14,7 @@ mod locate;
 mod path;
 mod range;
 mod reply;
+mod siblings;
 
 use crate::dispatch::reply::Reply;
 use crate::message::head::RequestHead;
@@ -31,6 +33,7 @@ pub struct Public {
     /// File names (the last segment) that get `Cache-Control: public,
     /// max-age=31536000, immutable`.
     immutable: Option<Regex>,
+    siblings: siblings::Siblings,
 }
 
 /// Why the public folder could not be set up.
@@ -67,6 +70,7 @@ impl Public {
             root: locate::Root::new(root),
             index,
             immutable,
+            siblings: siblings::Siblings::default(),
         })
     }
 
@@ -104,7 +108,7 @@ impl Public {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let immutable = self.immutable.as_ref().is_some_and(|re| re.is_match(&name));
-        let available = self.siblings(&relative);
+        let available = self.siblings.of(&self.root, &relative);
         let mut chosen = reply::Chosen {
             file,
             meta,
@@ -125,19 +129,5 @@ impl Public {
             }
         }
         request.serve(chosen)
-    }
-
-    /// Which precompressed siblings of `relative` seem to exist (one
-    /// fstatat each, from the root; the chosen one is then resolved and
-    /// checked in full).
-    fn siblings(&self, relative: &Path) -> Vec<encoding::Coding> {
-        encoding::CODINGS
-            .into_iter()
-            .filter(|coding| {
-                let mut name = relative.as_os_str().to_os_string();
-                name.push(coding.suffix());
-                self.root.has(Path::new(&name))
-            })
-            .collect()
     }
 }
