@@ -3,7 +3,7 @@
 //! object itself is the env's `rack.hijack` callable, so no Proc is
 //! allocated per request).
 
-use crate::ffi::{os_path, with_bytes, with_elements, without_gvl};
+use crate::ffi::{os_path, pinned_bytes, release_pinned, with_bytes, with_elements, without_gvl, PIN_AT};
 use crate::rack_env;
 use crate::stream::Stream;
 use bytes::Bytes;
@@ -126,6 +126,7 @@ impl Request {
     /// body, or no body at all) and returns true. Otherwise returns a
     /// `Stream` the caller feeds the body into.
     pub fn respond(ruby: &Ruby, rb_self: &Self, status: Value, headers: Value, body: Value) -> Result<Value, Error> {
+        release_pinned();
         let status = status_code(ruby, status)?;
         let mut head = ResponseHead::new(status).map_err(|e| arg_error(ruby, e.to_string()))?;
         let hijack = add_headers(ruby, &mut head, headers)?;
@@ -144,6 +145,7 @@ impl Request {
                 Reply::Full {
                     status,
                     data: Bytes::from(finished.bytes),
+                    tail: Bytes::new(),
                     body_len: 0,
                     close,
                 },
@@ -162,20 +164,33 @@ impl Request {
                 })
             })?;
             let mut finished = head.finish_full(total as u64, false, rb_self.keep_alive, version);
-            finished.bytes.reserve(total);
-            with_elements(parts, |items| {
-                for item in items {
-                    if let Some(part) = RString::from_value(*item) {
-                        with_bytes(part, |b| finished.bytes.extend_from_slice(b));
-                    }
-                }
+            // One large string (a rendered page, a JSON document) goes out
+            // from its own memory; anything else is copied after the head.
+            let whole = with_elements(parts, |items| match items {
+                [one] if total >= PIN_AT => RString::from_value(*one),
+                _ => None,
             });
+            let tail = match whole {
+                Some(part) => pinned_bytes(part),
+                None => {
+                    finished.bytes.reserve(total);
+                    with_elements(parts, |items| {
+                        for item in items {
+                            if let Some(part) = RString::from_value(*item) {
+                                with_bytes(part, |b| finished.bytes.extend_from_slice(b));
+                            }
+                        }
+                    });
+                    Bytes::new()
+                }
+            };
             let close = !finished.keep_alive;
             rb_self.send(
                 ruby,
                 Reply::Full {
                     status,
                     data: Bytes::from(finished.bytes),
+                    tail,
                     body_len: total as u64,
                     close,
                 },

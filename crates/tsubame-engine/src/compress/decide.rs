@@ -10,14 +10,15 @@ pub(crate) struct Plan {
 }
 
 /// Some(plan) when `data` (a whole HTTP/1 response the engine serialized,
-/// `body_len` bytes of body after the head) may be compressed: a body of at
+/// `body_len` bytes of body after the head, the last `tail_len` of them in
+/// the reply's tail) may be compressed: a body of at
 /// least `min_size` bytes and a head that `head_allows`.
-pub(crate) fn plan(data: &[u8], body_len: u64, settings: &Compression) -> Option<Plan> {
+pub(crate) fn plan(data: &[u8], tail_len: usize, body_len: u64, settings: &Compression) -> Option<Plan> {
     if body_len < settings.min_size.max(1) {
         return None;
     }
     let end = memchr::memmem::find(data, b"\r\n\r\n")? + 4;
-    if (data.len() - end) as u64 != body_len {
+    if (data.len() - end + tail_len) as u64 != body_len {
         // HEAD, or a body that is not all here.
         return None;
     }
@@ -115,12 +116,12 @@ mod tests {
             "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: 20",
             &body,
         );
-        assert!(plan(&data, 20, &settings()).is_some());
+        assert!(plan(&data, 0, 20, &settings()).is_some());
         let data = response(
             "HTTP/1.1 201 Created\r\nContent-Type: Application/JSON\r\ncontent-length: 20",
             &body,
         );
-        assert!(plan(&data, 20, &settings()).is_some());
+        assert!(plan(&data, 0, 20, &settings()).is_some());
     }
 
     #[test]
@@ -136,13 +137,13 @@ mod tests {
             "HTTP/1.1 200 OK",
             "HTTP/1.1 200 OK\r\ncontent-type: text",
         ] {
-            assert_eq!(plan(&response(head, &body), 20, &settings()), None, "{head}");
+            assert_eq!(plan(&response(head, &body), 0, 20, &settings()), None, "{head}");
         }
         let small = response("HTTP/1.1 200 OK\r\ncontent-type: text/plain", "short");
-        assert_eq!(plan(&small, 5, &settings()), None);
+        assert_eq!(plan(&small, 0, 5, &settings()), None);
         // HEAD: the length says 20, no body follows.
         let head = response("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 20", "");
-        assert_eq!(plan(&head, 20, &settings()), None);
+        assert_eq!(plan(&head, 0, 20, &settings()), None);
     }
 
     #[test]

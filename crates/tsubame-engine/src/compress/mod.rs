@@ -73,9 +73,13 @@ impl Compression {
             Reply::Full {
                 status,
                 data,
+                tail,
                 body_len,
                 close,
-            } => (self.apply_full(status, data, body_len, close, accept).await, None),
+            } => (
+                self.apply_full(status, (data, tail), body_len, close, accept).await,
+                None,
+            ),
             Reply::Stream {
                 status,
                 head,
@@ -107,20 +111,37 @@ impl Compression {
         }
     }
 
-    async fn apply_full(&self, status: u16, data: Bytes, body_len: u64, close: bool, accept: Option<Bytes>) -> Reply {
-        let unchanged = |data| Reply::Full {
+    async fn apply_full(
+        &self,
+        status: u16,
+        (data, tail): (Bytes, Bytes),
+        body_len: u64,
+        close: bool,
+        accept: Option<Bytes>,
+    ) -> Reply {
+        let unchanged = |data, tail| Reply::Full {
             status,
             data,
+            tail,
             body_len,
             close,
         };
-        let Some(plan) = decide::plan(&data, body_len, self) else {
-            return unchanged(data);
+        let Some(plan) = decide::plan(&data, tail.len(), body_len, self) else {
+            return unchanged(data, tail);
         };
         let Some(coding) = choose(accept.as_deref(), ENCODERS) else {
             // Compressible, so the answer varies with Accept-Encoding even
             // when this client gets it plain.
-            return unchanged(head::add_vary(&data, plan.head_len).into());
+            return unchanged(head::add_vary(&data, plan.head_len).into(), tail);
+        };
+        // The encoder reads the body in one piece.
+        let data = if tail.is_empty() {
+            data
+        } else {
+            let mut whole = Vec::with_capacity(data.len() + tail.len());
+            whole.extend_from_slice(&data);
+            whole.extend_from_slice(&tail);
+            Bytes::from(whole)
         };
         let source = data.clone();
         let encoded = tokio::task::spawn_blocking(move || encode(&source[plan.head_len..], coding)).await;
@@ -132,12 +153,13 @@ impl Compression {
                 Reply::Full {
                     status,
                     data: out.into(),
+                    tail: Bytes::new(),
                     body_len: new_len,
                     close,
                 }
             }
             // No smaller, or the encoder failed: sent as it was.
-            _ => unchanged(head::add_vary(&data, plan.head_len).into()),
+            _ => unchanged(head::add_vary(&data, plan.head_len).into(), Bytes::new()),
         }
     }
 }
@@ -187,6 +209,7 @@ mod tests {
         Reply::Full {
             status: 200,
             data: data.into(),
+            tail: Bytes::new(),
             body_len: body.len() as u64,
             close: false,
         }

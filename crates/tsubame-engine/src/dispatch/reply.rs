@@ -9,10 +9,14 @@ use std::os::fd::OwnedFd;
 /// connection task only writes bytes.
 #[derive(Debug)]
 pub enum Reply {
-    /// Head and body in one buffer: one write.
+    /// Head and body in one buffer, and what follows it in `tail`: one
+    /// write. `tail` is empty except for a large body the app made as one
+    /// string, which is sent from the app's own memory instead of being
+    /// copied after the head (`body_len` counts both parts).
     Full {
         status: u16,
         data: Bytes,
+        tail: Bytes,
         body_len: u64,
         close: bool,
     },

@@ -81,6 +81,7 @@ impl<'a> Request<'a> {
         Reply::Full {
             status,
             data: Bytes::from(finished.bytes),
+            tail: Bytes::new(),
             body_len,
             close,
         }
@@ -100,6 +101,7 @@ impl<'a> Request<'a> {
             return Some(Reply::Full {
                 status,
                 data: Bytes::from(finished.bytes),
+                tail: Bytes::new(),
                 body_len: 0,
                 close,
             });

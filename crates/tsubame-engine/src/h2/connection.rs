@@ -175,7 +175,7 @@ async fn serve_stream(
     };
     // A probe's 200 would tell a WebSocket client its stream opened.
     if let Some(probe) = websocket.is_none().then(|| health::answer(&head, &shared)).flatten() {
-        let _ = send_full(&mut respond, probe.into(), &shared).await;
+        let _ = send_full(&mut respond, probe.into(), Bytes::new(), &shared).await;
         return;
     }
     Stats::bump(&shared.stats.requests_total);
@@ -215,6 +215,7 @@ async fn serve_stream(
                 Reply::Full {
                     status: 503,
                     data: data.into(),
+                    tail: Bytes::new(),
                     body_len: 0,
                     close: false,
                 }
@@ -419,7 +420,7 @@ async fn refuse(respond: &mut SendResponse<Bytes>, shared: &Shared, error: HttpE
         _ => Stats::bump(&shared.stats.rejected_total),
     }
     let bytes = error_response(error.status(), error.detail());
-    let _ = send_full(respond, bytes.into(), shared).await;
+    let _ = send_full(respond, bytes.into(), Bytes::new(), shared).await;
 }
 
 /// The status line and header lines of an HTTP/1-form head as an HTTP/2
@@ -489,16 +490,20 @@ fn is_connection_specific(name: &HeaderName) -> bool {
 
 /// A head and body in one buffer. Returns the body bytes sent, or `None`
 /// when the client went away.
-async fn send_full(respond: &mut SendResponse<Bytes>, bytes: Bytes, shared: &Shared) -> Option<u64> {
+async fn send_full(respond: &mut SendResponse<Bytes>, bytes: Bytes, tail: Bytes, shared: &Shared) -> Option<u64> {
     let Some((response, body_at)) = response_parts(&bytes) else {
         respond.send_reset(Reason::INTERNAL_ERROR);
         return None;
     };
     let body = bytes.slice(body_at..);
-    let mut stream = respond.send_response(response, body.is_empty()).ok()?;
-    let len = body.len() as u64;
+    let len = (body.len() + tail.len()) as u64;
+    let mut stream = respond.send_response(response, len == 0).ok()?;
+    let wait = shared.opts.body_timeout;
     if !body.is_empty() {
-        send_data(&mut stream, body, true, shared.opts.body_timeout).await?;
+        send_data(&mut stream, body, tail.is_empty(), wait).await?;
+    }
+    if !tail.is_empty() {
+        send_data(&mut stream, tail, true, wait).await?;
     }
     Some(len)
 }
@@ -658,7 +663,7 @@ async fn write_reply(
 ) -> Option<u64> {
     let wait = shared.opts.body_timeout;
     match reply {
-        Reply::Full { data, .. } => send_full(respond, data, shared).await,
+        Reply::Full { data, tail, .. } => send_full(respond, data, tail, shared).await,
         Reply::File {
             head,
             file,

@@ -12,11 +12,13 @@ pub(crate) fn closing(reply: Reply) -> Reply {
         Reply::Full {
             status,
             data,
+            tail,
             body_len,
             close: false,
         } => Reply::Full {
             status,
             data: close_connection(&data).into(),
+            tail,
             body_len,
             close: true,
         },

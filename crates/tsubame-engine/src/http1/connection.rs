@@ -184,6 +184,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
                         status: 503,
                         data: unavailable_response(reason, wants_json, shared.opts.retry_after, keep_alive, version)
                             .into(),
+                        tail: Bytes::new(),
                         body_len: 0,
                         close: !keep_alive,
                     }
@@ -431,8 +432,12 @@ async fn write_reply<T: ClientIo>(
     let write_timeout = shared.opts.body_timeout;
     match reply {
         Reply::Full {
-            data, body_len, close, ..
-        } => match timeout(write_timeout, send(io, &data)).await {
+            data,
+            tail,
+            body_len,
+            close,
+            ..
+        } => match timeout(write_timeout, send_full(io, data, tail)).await {
             Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
             _ => (Written::Failed, 0),
         },
@@ -452,6 +457,16 @@ async fn write_reply<T: ClientIo>(
             ..
         } => write_stream(io, head, chunks, encoder, framing, close, shared).await,
         Reply::Hijack { .. } | Reply::Shed(_) | Reply::Interim { .. } | Reply::Upgrade { .. } => (Written::Failed, 0),
+    }
+}
+
+/// A whole reply: one write, or one vectored write when the body has a
+/// tail of its own.
+async fn send_full<T: ClientIo>(io: &mut T, data: Bytes, tail: Bytes) -> std::io::Result<()> {
+    if tail.is_empty() {
+        send(io, &data).await
+    } else {
+        send_parts(io, &[data, tail]).await
     }
 }
 

@@ -100,11 +100,13 @@ pub fn tag_reply(reply: Reply, id: &[u8]) -> Reply {
         Reply::Full {
             status,
             data,
+            tail,
             body_len,
             close,
         } => Reply::Full {
             status,
             data: with_id(data, id),
+            tail,
             body_len,
             close,
         },
