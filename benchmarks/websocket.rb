@@ -17,6 +17,10 @@
 #
 #   benchmarks/websocket.rb
 #   CLIENTS=10000 ECHOES=5000 ROUNDS=3 PEERS_DIR=/work/peers benchmarks/websocket.rb
+#
+# BASELINE_ROOT=/path/to/another/checkout (built) adds that checkout's
+# Tsubame as "tsubame-base" to every round, so a change is measured
+# against the build before it in the same minutes.
 
 require "net/http"
 require "rbconfig"
@@ -47,6 +51,12 @@ SERVERS = {
     ["puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "1:1", "-q", File.join(ROOT, "benchmarks/apps/faye_echo.ru")]
   }
 }
+baseline = ENV.fetch("BASELINE_ROOT", nil)
+if baseline
+  SERVERS["tsubame-base"] = lambda { |port|
+    SERVERS["tsubame"].call(port).map { |arg| arg.start_with?(ROOT) ? arg.sub(ROOT, File.expand_path(baseline)) : arg }
+  }
+end
 peers = ENV.fetch("PEERS_DIR", nil)
 if peers && File.executable?(File.join(peers, "iodine"))
   SERVERS["iodine"] = ->(port) { [File.join(peers, "iodine"), port.to_s, File.join(ROOT, "benchmarks/apps/upgrade_echo.ru")] }
@@ -178,4 +188,16 @@ rows.each do |name, list|
 
   puts format("echo round trip per round: tsubame is %.2fx %s (median of %s)", median(ratios), name,
               ratios.map { |r| r.round(2) }.join(", "))
+end
+# The broadcast the same way: each round's time for Tsubame and the peer.
+rows.each do |name, list|
+  next if name == "tsubame"
+
+  pairs = list.zip(rows["tsubame"]).filter_map do |peer, own|
+    [own[:broadcast_ms], peer[:broadcast_ms]] if peer && own && peer[:broadcast_ms] && own[:broadcast_ms]
+  end
+  next if pairs.empty?
+
+  puts format("broadcast per round, ms: tsubame %s; %s %s", pairs.map { |own, _| own.round }.join(", "), name,
+              pairs.map { |_, peer| peer.round }.join(", "))
 end
