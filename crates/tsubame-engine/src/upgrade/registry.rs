@@ -80,6 +80,19 @@ impl OutState {
         self.direct
             .filter(|_| !self.writing && self.queue.is_empty() && self.spill.is_empty())
     }
+
+    /// The socket is the task's until `sent`; what it must send first.
+    fn claim(&mut self) -> Taken {
+        self.writing = true;
+        Taken {
+            // Taken whole: a split would keep the allocation alive in the
+            // connection through its spare capacity.
+            spill: std::mem::take(&mut self.spill),
+            counted: std::mem::take(&mut self.spill_counted),
+            overflowed: self.overflowed,
+            drained: std::mem::take(&mut self.drained),
+        }
+    }
 }
 
 /// What a direct write did.
@@ -204,27 +217,14 @@ impl Outbound {
     /// The task is about to write frames of its own: what a direct write
     /// left over goes first, and nobody else writes until `sent`.
     pub(crate) fn begin_write(&self) -> Taken {
-        let mut state = self.lock();
-        state.writing = true;
-        Taken {
-            spill: state.spill.split(),
-            counted: std::mem::take(&mut state.spill_counted),
-            overflowed: state.overflowed,
-            drained: std::mem::take(&mut state.drained),
-        }
+        self.lock().claim()
     }
 
     /// `begin_write`, and everything queued, in order, into `into`.
     pub(crate) fn take(&self, into: &mut Vec<Out>) -> Taken {
         let mut state = self.lock();
         into.extend(state.queue.drain(..));
-        state.writing = true;
-        Taken {
-            spill: state.spill.split(),
-            counted: std::mem::take(&mut state.spill_counted),
-            overflowed: state.overflowed,
-            drained: std::mem::take(&mut state.drained),
-        }
+        state.claim()
     }
 
     /// The task's write is done and `sent` payload bytes of what it took
