@@ -17,6 +17,11 @@
 #
 #   benchmarks/websocket.rb
 #   CLIENTS=10000 ECHOES=5000 ROUNDS=3 PEERS_DIR=/work/peers benchmarks/websocket.rb
+#
+# BASELINE_ROOT=/path/to/another/checkout (built; several separated by
+# commas) adds that checkout's Tsubame as "tsubame@DIRNAME" to every
+# round, so a change is measured against the build before it in the same
+# minutes.
 
 require "net/http"
 require "rbconfig"
@@ -47,6 +52,11 @@ SERVERS = {
     ["puma", "-b", "tcp://127.0.0.1:#{port}", "-t", "1:1", "-q", File.join(ROOT, "benchmarks/apps/faye_echo.ru")]
   }
 }
+ENV.fetch("BASELINE_ROOT", "").split(",").each do |baseline|
+  SERVERS["tsubame@#{File.basename(baseline)}"] = lambda { |port|
+    SERVERS["tsubame"].call(port).map { |arg| arg.start_with?(ROOT) ? arg.sub(ROOT, File.expand_path(baseline)) : arg }
+  }
+end
 peers = ENV.fetch("PEERS_DIR", nil)
 if peers && File.executable?(File.join(peers, "iodine"))
   SERVERS["iodine"] = ->(port) { [File.join(peers, "iodine"), port.to_s, File.join(ROOT, "benchmarks/apps/upgrade_echo.ru")] }
@@ -153,13 +163,13 @@ ROUNDS.times do
 end
 
 fields = %i[echo_us echo_p99_us rss_mb threads_added broadcast_ms received]
-puts format("%-10s %10s %12s %9s %14s %13s %9s", "server", "echo µs", "echo p99 µs", "RSS MB", "threads added",
+puts format("%-22s %10s %12s %9s %14s %13s %9s", "server", "echo µs", "echo p99 µs", "RSS MB", "threads added",
             "broadcast ms", "received")
 medians = rows.to_h do |name, list|
   [name, fields.to_h { |f| [f, (values = list.filter_map { |r| r[f] }).empty? ? nil : median(values)] }]
 end
 medians.each do |name, m|
-  puts format("%-10s %10s %12s %9s %14s %13s %9s", name, *fields.map { |f| m[f].nil? ? "-" : m[f].round(1) })
+  puts format("%-22s %10s %12s %9s %14s %13s %9s", name, *fields.map { |f| m[f].nil? ? "-" : m[f].round(1) })
 end
 base = medians.dig("tsubame", :echo_us)
 medians.each do |name, m|
@@ -178,4 +188,16 @@ rows.each do |name, list|
 
   puts format("echo round trip per round: tsubame is %.2fx %s (median of %s)", median(ratios), name,
               ratios.map { |r| r.round(2) }.join(", "))
+end
+# The broadcast the same way: each round's time for Tsubame and the peer.
+rows.each do |name, list|
+  next if name == "tsubame"
+
+  pairs = list.zip(rows["tsubame"]).filter_map do |peer, own|
+    [own[:broadcast_ms], peer[:broadcast_ms]] if peer && own && peer[:broadcast_ms] && own[:broadcast_ms]
+  end
+  next if pairs.empty?
+
+  puts format("broadcast per round, ms: tsubame %s; %s %s", pairs.map { |own, _| own.round }.join(", "), name,
+              pairs.map { |_, peer| peer.round }.join(", "))
 end

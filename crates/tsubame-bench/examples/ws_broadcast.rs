@@ -47,9 +47,14 @@ async fn run(port: u16, clients: usize) -> std::io::Result<()> {
         .collect();
     publish(port).await?;
     let mut times = Vec::with_capacity(clients);
+    // The sockets stay open until every reader is done: a client that
+    // closed as soon as it had the frame would have the server closing
+    // connections while it is still sending to the others.
+    let mut done = Vec::with_capacity(clients);
     for reader in readers {
-        if let Ok(Some(elapsed)) = reader.await {
-            times.push(elapsed);
+        if let Ok((elapsed, socket)) = reader.await {
+            times.extend(elapsed);
+            done.push(socket);
         }
     }
     times.sort();
@@ -83,8 +88,14 @@ async fn open(port: u16) -> std::io::Result<TcpStream> {
     Ok(socket)
 }
 
-/// How long after `started` the socket had the whole broadcast frame.
-async fn read_frame(mut socket: TcpStream, started: Instant) -> Option<Duration> {
+/// How long after `started` the socket had the whole broadcast frame, and
+/// the socket, still open.
+async fn read_frame(mut socket: TcpStream, started: Instant) -> (Option<Duration>, TcpStream) {
+    let elapsed = frame_time(&mut socket, started).await;
+    (elapsed, socket)
+}
+
+async fn frame_time(socket: &mut TcpStream, started: Instant) -> Option<Duration> {
     let mut got = Vec::with_capacity(FRAME.len());
     let mut buf = [0u8; 64];
     while got.len() < FRAME.len() {

@@ -148,6 +148,39 @@ pub(crate) fn send_more(out: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// sendmsg(2) of `bufs`, in order, to the socket `fd` without waiting:
+/// MSG_DONTWAIT makes a full socket answer `WouldBlock` (whether or not the
+/// descriptor is in non-blocking mode) and MSG_NOSIGNAL makes a closed
+/// peer answer EPIPE instead of raising SIGPIPE. Returns how many bytes
+/// the socket took, which may be fewer than all (the caller keeps the
+/// rest). For a thread outside the runtime that writes to a socket a task
+/// owns: the caller must know `fd` is still that socket (see
+/// `upgrade/registry.rs`, which only holds it while the session runs).
+pub fn send_nonblocking(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // An iovec array longer than IOV_MAX is refused by the kernel; callers
+    // pass two or three pieces.
+    let count = bufs.len().min(1024);
+    // SAFETY: `msghdr` is a plain C struct, for which all zeroes is a valid
+    // value (no address, no control data). IoSlice is ABI-compatible with
+    // iovec on Unix (std guarantees it), so `msg_iov` points at `count`
+    // live iovecs, each describing a slice borrowed for this call; sendmsg
+    // only reads those bytes (the `*mut` is the C signature's, nothing is
+    // written through it) and writes no memory of ours. A descriptor that
+    // is not, or no longer, a socket gives EBADF or ENOTSOCK, not undefined
+    // behaviour: the call is sound whatever `fd` is, and which socket it
+    // reaches is the caller's business (see above).
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = count as _;
+        libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// openat2(2) of `path` under the directory `dir` with RESOLVE_BENEATH
 /// and RESOLVE_NO_MAGICLINKS: the kernel refuses (EXDEV, ELOOP) any
 /// resolution that would leave `dir`, through `..`, an absolute path or a
@@ -233,6 +266,36 @@ mod tests {
         client.set_nonblocking(false).unwrap();
         let n = client.read(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"HTTP/1.1 200 OK\r\n\r\nbody");
+    }
+
+    #[test]
+    fn send_nonblocking_sends_pieces_in_order_and_never_waits() {
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let pieces = [io::IoSlice::new(b"\x81\x05"), io::IoSlice::new(b"hello")];
+        assert_eq!(send_nonblocking(a.as_raw_fd(), &pieces).unwrap(), 7);
+        let mut buf = [0u8; 16];
+        let n = b.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"\x81\x05hello");
+        // The socket is in blocking mode; the call still returns once the
+        // buffer is full instead of waiting for the peer to read.
+        let big = vec![7u8; 64 * 1024];
+        let mut total = 0;
+        let full = loop {
+            match send_nonblocking(a.as_raw_fd(), &[io::IoSlice::new(&big)]) {
+                Ok(n) => total += n,
+                Err(e) => break e,
+            }
+            assert!(total < 64 << 20, "a socket buffer never filled");
+        };
+        assert_eq!(full.kind(), io::ErrorKind::WouldBlock);
+        assert!(total > 0);
+        drop(b);
+        let closed = send_nonblocking(a.as_raw_fd(), &[io::IoSlice::new(b"x")]).unwrap_err();
+        assert_eq!(
+            closed.kind(),
+            io::ErrorKind::BrokenPipe,
+            "EPIPE, and no SIGPIPE killed the test"
+        );
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `rack.upgrade` as Ruby sees it (lib/tsubame/serve/upgrades.rb): ids for
 //! new connections, the events the handler threads run, and the writes,
-//! closes and subscriptions of the connection objects. Writes only queue
-//! (the connection's task sends), so none of these waits on a socket.
+//! closes and subscriptions of the connection objects. A write goes to an
+//! idle plain socket with one non-blocking send, else it is queued for the
+//! connection's task (`upgrade/registry.rs`), so none of these waits on a
+//! socket.
 
 use crate::ffi::{with_bytes, without_gvl};
 use crate::server::Server;
@@ -84,7 +86,7 @@ pub fn event_done(rb_self: &Server, id: u64) {
     }
 }
 
-/// Queues `data` on connection `id` (a text frame when `text`); false if
+/// Sends or queues `data` on connection `id` (a text frame when `text`); false if
 /// the connection is closed or its client has stopped reading.
 pub fn write(rb_self: &Server, id: u64, data: RString, text: bool) -> bool {
     let Some(out) = rb_self.engine.upgrades().get(id) else {
@@ -122,7 +124,7 @@ pub fn unsubscribe(rb_self: &Server, id: u64, channel: RString) -> bool {
     with_bytes(channel, |channel| rb_self.engine.upgrades().unsubscribe(id, channel))
 }
 
-/// Queues `message` on every connection of this process subscribed to
+/// Sends or queues `message` on every connection of this process subscribed to
 /// `channel`; how many took it.
 pub fn publish(rb_self: &Server, channel: RString, message: RString, text: bool) -> usize {
     let bytes = with_bytes(message, Bytes::copy_from_slice);

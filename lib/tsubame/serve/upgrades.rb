@@ -5,9 +5,10 @@ require "tsubame/support/named_thread"
 require "tsubame/serve/publish_listeners"
 
 module Tsubame
-  # Queues `message` on every WebSocket and SSE connection of this process
+  # Sends `message` to every WebSocket and SSE connection of this process
   # subscribed to `channel` (`Connection#subscribe`); returns how many took
-  # it. The engine sends it: no Ruby runs per recipient.
+  # it. The engine sends it (straight to an idle plain socket, from this
+  # thread; queued for the others): no Ruby runs per recipient.
   def self.publish(channel, message)
     upgrades = Upgrades.current
     raise Error, "Tsubame.publish needs a running Tsubame server" unless upgrades
@@ -74,7 +75,8 @@ module Tsubame
         @kind == :sse
       end
 
-      # Queues a message (returns at once; the engine sends it). A binary
+      # Sends a message without waiting (straight to the socket when it is
+      # free and takes it all, else queued for the engine). A binary
       # (ASCII-8BIT) String goes as a binary frame, any other as text
       # (UTF-8). False when the connection is closed, or closing because
       # its client stopped reading (`upgrade_max_pending`).

@@ -64,7 +64,8 @@ pub(crate) async fn serve(
     let mut io = StreamIo::new(send, recv);
     // The 200 went out above, so the session writes no handshake of its
     // own; the stream starts with the WebSocket frames.
-    run_websocket(&mut io, BytesMut::new(), b"", deflate, session).await;
+    // No direct writes: the frames go inside the stream's DATA frames.
+    run_websocket(&mut io, BytesMut::new(), b"", deflate, None, session).await;
     // END_STREAM (fails harmlessly if the client reset the stream), then a
     // moment for the client's own END_STREAM, so an orderly close is one
     // both ways and not a reset.

@@ -29,7 +29,8 @@ pub(crate) async fn serve<T: ClientIo>(
             // idle WebSocket keeps only what the client already sent.
             let rest = BytesMut::from(&buf[..]);
             drop(buf);
-            run_websocket(&mut io, rest, &head, deflate, session).await;
+            let direct = io.plain_socket();
+            run_websocket(&mut io, rest, &head, deflate, direct, session).await;
         }
         (UpgradeKind::WebSocket, refused) => {
             // The app asked for a WebSocket the request cannot have (the

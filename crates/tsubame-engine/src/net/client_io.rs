@@ -5,7 +5,7 @@ use crate::sys;
 use bytes::Bytes;
 use std::fs::File;
 use std::io::IoSlice;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 
@@ -25,6 +25,13 @@ pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     const SENDS_FILES: bool = false;
 
     fn into_owned_fd(self) -> std::io::Result<OwnedFd>;
+
+    /// The socket's descriptor when what is written to the stream goes to
+    /// it unchanged (plain TCP and UNIX sockets; not TLS), for writers
+    /// outside the task (`upgrade/registry.rs`).
+    fn plain_socket(&self) -> Option<RawFd> {
+        None
+    }
 
     /// Sends up to `count` bytes of `file` from `*offset` straight from the
     /// kernel (sendfile), once the socket can take them; advances `*offset`
@@ -137,6 +144,10 @@ pub(crate) async fn send_parts<T: ClientIo>(io: &mut T, parts: &[Bytes]) -> std:
 impl ClientIo for tokio::net::TcpStream {
     poll_send_file_on_socket!();
 
+    fn plain_socket(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
+
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
         let std = self.into_std()?;
         // Ruby's IO expects to manage blocking itself; hand it a plain socket.
@@ -158,6 +169,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ClientIo for tokio_rust
 
 impl ClientIo for tokio::net::UnixStream {
     poll_send_file_on_socket!();
+
+    fn plain_socket(&self) -> Option<RawFd> {
+        Some(self.as_raw_fd())
+    }
 
     fn into_owned_fd(self) -> std::io::Result<OwnedFd> {
         let std = self.into_std()?;

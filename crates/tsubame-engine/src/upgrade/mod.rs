@@ -3,8 +3,9 @@
 //! Events. The connection's task does the protocol (frames, pings, the
 //! close handshake, limits, back-pressure); Ruby runs only the handler's
 //! callbacks, one event at a time per connection (`events.rs`), so an idle
-//! connection costs memory and no thread. What Ruby writes is queued in
-//! `registry.rs` and sent by the task.
+//! connection costs memory and no thread. What Ruby writes goes straight
+//! to an idle plain socket or is queued in `registry.rs` and sent by the
+//! task.
 
 pub mod events;
 pub mod registry;

@@ -54,7 +54,8 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(io: &mut T, s: Session<'_>) 
         tokio::select! {
             biased;
             _ = s.out.wake.notified() => {
-                let overflowed = s.out.take(&mut taken);
+                // SSE never allows direct writes, so nothing was spilled.
+                let overflowed = s.out.take(&mut taken).overflowed;
                 let mut sent = 0;
                 let mut closed = overflowed;
                 for item in taken.drain(..) {

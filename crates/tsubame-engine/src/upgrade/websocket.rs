@@ -4,12 +4,13 @@
 //! what Ruby wrote sent as frames, pings answered and sent, and the close
 //! handshake, whichever side starts it.
 
-use super::{write, EventKind, Out, Session};
+use super::{write, EventKind, Out, Outbound, Session};
 use crate::ws::close::close_payload;
 use crate::ws::deflate::{inflate, with_deflater};
 use crate::ws::frame::{encode, encode_compressed, OpCode};
 use crate::ws::message::{Decoder, Limits, Message};
 use bytes::BytesMut;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
@@ -34,16 +35,25 @@ enum Phase {
 /// Runs the connection from the 101 response (`handshake`) to its end;
 /// `buf` holds whatever the client sent after its request. `deflate`:
 /// permessage-deflate was accepted in `handshake` (`ws/deflate.rs`).
+/// `direct`: `io` is this plain socket, which Ruby's writes may go to
+/// straight while nothing else is in flight (`registry.rs`); None for TLS,
+/// HTTP/2 streams and compressed sessions, whose frames only the task can
+/// make.
 pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
     io: &mut T,
     mut buf: BytesMut,
     handshake: &[u8],
     deflate: bool,
+    direct: Option<RawFd>,
     s: Session<'_>,
 ) {
     if write(io, handshake).await.is_err() {
         return s.finish();
     }
+    // After the handshake: no frame may go out before the 101. The guard
+    // lives in this future, which borrows `io`, so it ends before the
+    // socket can be closed.
+    let _direct = direct.filter(|_| !deflate).map(|fd| s.out.direct_writes(fd));
     let mut decoder = Decoder::new(Limits {
         max_frame: s.settings.max_frame,
         max_message: s.settings.max_message,
@@ -89,13 +99,22 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
                             Ok(plain) => plain,
                             Err(e) => {
                                 encode(OpCode::Close, &close_payload(e.code, e.reason), &mut frames);
-                                let _ = write(io, &frames).await;
+                                let _ = flush(io, &s.out, &mut frames, false).await;
                                 break 'session;
                             }
                         }
                     } else {
                         data
                     };
+                    if !frames.is_empty() {
+                        // Pongs for pings that came before the message go
+                        // out before the handler can answer it (its writes
+                        // may go straight to the socket).
+                        match flush(io, &s.out, &mut frames, true).await {
+                            Ok(drained) => drained_due |= drained,
+                            Err(_) => break 'session,
+                        }
+                    }
                     s.event(EventKind::Message { text }, Some(data));
                     waiting = true;
                 }
@@ -108,22 +127,25 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
                         let code = code.map_or(1000, |(code, _)| code);
                         encode(OpCode::Close, &close_payload(code, ""), &mut frames);
                     }
-                    let _ = write(io, &frames).await;
+                    let _ = flush(io, &s.out, &mut frames, false).await;
                     break 'session;
                 }
                 Ok(None) => break,
                 Err(e) => {
                     encode(OpCode::Close, &close_payload(e.code, e.reason), &mut frames);
-                    let _ = write(io, &frames).await;
+                    let _ = flush(io, &s.out, &mut frames, false).await;
                     break 'session;
                 }
             }
         }
         if !frames.is_empty() {
-            if write(io, &frames).await.is_err() {
-                break;
+            // Pongs, a ping, or our close (after which Ruby's writes only
+            // queue, and the task drops them).
+            let open = matches!(phase, Phase::Open | Phase::ShuttingDown);
+            match flush(io, &s.out, &mut frames, open).await {
+                Ok(drained) => drained_due |= drained,
+                Err(_) => break,
             }
-            frames.clear();
         }
         if drained_due && !waiting && phase == Phase::Open {
             // After the handler's current event: on_drained never overlaps
@@ -159,8 +181,11 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
         tokio::select! {
             biased;
             _ = s.out.wake.notified() => {
-                let overflowed = s.out.take(&mut taken);
-                let mut sent = 0;
+                let got = s.out.take(&mut taken);
+                let overflowed = got.overflowed;
+                // What a direct write left of a frame goes before the rest.
+                frames.extend_from_slice(&got.spill);
+                let mut sent = got.counted;
                 for out in taken.drain(..) {
                     match out {
                         _ if !matches!(phase, Phase::Open | Phase::ShuttingDown) => {}
@@ -178,12 +203,15 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
                 if overflowed && matches!(phase, Phase::Open | Phase::ShuttingDown) {
                     phase = close(&mut frames, 1008, "client is not reading");
                 }
+                if !matches!(phase, Phase::Open | Phase::ShuttingDown) {
+                    s.out.stop_direct();
+                }
                 if write(io, &frames).await.is_err() {
                     break;
                 }
                 frames.clear();
                 let left = s.out.sent(sent);
-                drained_due |= sent > 0 && left == 0;
+                drained_due |= (sent > 0 || got.drained) && left == 0;
             }
             _ = s.out.done.notified(), if waiting => waiting = false,
             read = io.read_buf(&mut buf), if read_allowed => {
@@ -210,6 +238,28 @@ pub async fn run<T: AsyncRead + AsyncWrite + Unpin>(
         }
     }
     s.end(waiting).await;
+}
+
+/// Writes `frames` (the task's own: pongs, a ping, a close), after what a
+/// direct write left of a frame, which must go out whole first; writers
+/// queue meanwhile. `open`: false once `frames` holds our close frame,
+/// after which nothing of Ruby's may reach the socket. Whether the write
+/// emptied what Ruby had written (`on_drained` is due).
+async fn flush<T: AsyncWrite + Unpin>(
+    io: &mut T,
+    out: &Outbound,
+    frames: &mut BytesMut,
+    open: bool,
+) -> std::io::Result<bool> {
+    if !open {
+        out.stop_direct();
+    }
+    let got = out.begin_write();
+    write(io, &got.spill).await?;
+    write(io, frames).await?;
+    frames.clear();
+    let left = out.sent(got.counted);
+    Ok((got.counted > 0 || got.drained) && left == 0)
 }
 
 /// A message from Ruby as one frame, compressed when permessage-deflate is

@@ -205,9 +205,23 @@ pub fn encode_compressed(opcode: OpCode, payload: &[u8], out: &mut BytesMut) {
     out[start] |= RSV1;
 }
 
+/// The longest header of a server frame: no masking key.
+pub const MAX_SERVER_HEADER_LEN: usize = 10;
+
+/// A server frame's header for `len` bytes of payload, on the stack, and
+/// how long it is: for a writer that sends the payload from where it lies
+/// (`upgrade/registry.rs`'s direct writes) instead of copying it behind.
+pub fn server_header(opcode: OpCode, len: usize) -> ([u8; MAX_SERVER_HEADER_LEN], usize) {
+    let mut head = [0u8; MAX_SERVER_HEADER_LEN];
+    let mut room = &mut head[..];
+    encode_header(opcode, len, &mut room);
+    let used = MAX_SERVER_HEADER_LEN - room.len();
+    (head, used)
+}
+
 /// Only the header, for writing a large payload with a vectored write
 /// without copying it. Servers never mask (§5.1), so no key.
-pub fn encode_header(opcode: OpCode, len: usize, out: &mut BytesMut) {
+pub fn encode_header<B: BufMut>(opcode: OpCode, len: usize, out: &mut B) {
     out.put_u8(FIN | opcode.as_u8());
     match u16::try_from(len) {
         Ok(short) if short < u16::from(LEN_16) => out.put_u8(short as u8),
@@ -242,6 +256,16 @@ pub fn apply_mask(payload: &mut [u8], key: [u8; 4]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_header_is_what_encode_puts_before_the_payload() {
+        for len in [0, 5, 125, 126, 65535, 65536, 1 << 20] {
+            let payload = vec![b'a'; len];
+            let framed = encoded(OpCode::Binary, &payload);
+            let (head, used) = server_header(OpCode::Binary, len);
+            assert_eq!(&head[..used], &framed[..framed.len() - len], "length {len}");
+        }
+    }
 
     fn encoded(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
         let mut out = BytesMut::new();
