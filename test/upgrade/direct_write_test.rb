@@ -192,4 +192,47 @@ class UpgradeDirectWriteTest < Minitest::Test
       client&.close
     end
   end
+  # A publish sends to every idle subscriber from the publishing thread
+  # (docs/WEBSOCKETS.md "Writes") with the GVL released: a Ruby thread that
+  # computes without pause keeps running during the fan-out. Held, it
+  # could not take a single step until the publish returned. The computing
+  # thread runs only around the publishes (it would slow every handshake
+  # before them to one per time slice).
+  PUBLISH_APP = <<~'RUBY'
+    handler = Class.new do
+      define_method(:on_open) { |conn| conn.subscribe("all") }
+    end
+    run lambda { |env|
+      if env["rack.upgrade?"]
+        env["rack.upgrade"] = handler.new
+        [200, {}, []]
+      else
+        spins = 0
+        spinner = Thread.new { loop { spins += 1 } }
+        sleep 0.01 until spins.positive?
+        runs = Array.new(3) do |i|
+          before = spins
+          reached = Tsubame.publish("all", "message #{i}")
+          "#{reached}:#{spins - before}"
+        end
+        spinner.kill
+        [200, { "content-type" => "text/plain" }, [runs.join(" ")]]
+      end
+    }
+  RUBY
+
+  def test_a_publish_lets_other_ruby_threads_run_while_it_sends
+    with_server(PUBLISH_APP) do |server|
+      clients = Array.new(500) { Client.new(server.port) }
+      assert clients.all?(&:accepted?)
+      runs = server.get("/publish").body.split.map { |run| run.split(":").map(&:to_i) }
+      assert_equal [500] * 3, runs.map(&:first), "each publish reached every client"
+      assert_operator runs.map(&:last).max, :>, 0, "the computing thread ran during a fan-out to 500: #{runs.inspect}"
+      clients.each do |client|
+        assert_equal (0..2).map { |i| [1, "message #{i}"] }, Array.new(3) { client.read_frame(timeout: 10) }
+      end
+    ensure
+      clients&.each(&:close)
+    end
+  end
 end
