@@ -14,6 +14,10 @@
 #     every socket at once on epoll (the Ruby client reads them one after
 #     the other, and its reading is then most of the figure);
 #   - echo: ECHOES round trips of a 32-byte text message on one connection.
+#     With ECHO_CLIENT=rust they are those of
+#     crates/tsubame-bench/examples/ws_echo.rs (blocking sockets, no Ruby in
+#     the loop: the Ruby client's own ~20 µs per round trip otherwise sits
+#     in every server's figure alike).
 #
 #   benchmarks/websocket.rb
 #   CLIENTS=10000 ECHOES=5000 ROUNDS=3 PEERS_DIR=/work/peers benchmarks/websocket.rb
@@ -39,6 +43,12 @@ if RUST_CLIENT
          chdir: ROOT, exception: true)
 end
 WS_BROADCAST = File.join(ROOT, "target/release/examples/ws_broadcast")
+RUST_ECHO = ENV["ECHO_CLIENT"] == "rust"
+if RUST_ECHO
+  system("cargo", "build", "--release", "-q", "-p", "tsubame-bench", "--example", "ws_echo",
+         chdir: ROOT, exception: true)
+end
+WS_ECHO = File.join(ROOT, "target/release/examples/ws_echo")
 Client = Tsubame::UpgradeSupport::Client
 
 SERVERS = {
@@ -100,17 +110,24 @@ def run(name, command)
   wait_up(PORT)
   sleep 0.5
   result = { name: name }
-  echo = Client.new(PORT)
-  raise "#{name}: handshake refused: #{echo.response_head}" unless echo.accepted?
+  if RUST_ECHO
+    report = IO.popen([WS_ECHO, PORT.to_s, ECHOES.to_s], &:read)
+    figures = report.match(/median_us ([\d.]+) p99_us ([\d.]+)/) or raise "#{name}: ws_echo: #{report}"
+    result[:echo_us] = Float(figures[1])
+    result[:echo_p99_us] = Float(figures[2])
+  else
+    echo = Client.new(PORT)
+    raise "#{name}: handshake refused: #{echo.response_head}" unless echo.accepted?
 
-  times = Array.new(ECHOES) do
-    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-    echo.text("x" * 32)
-    echo.read_message
-    Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    times = Array.new(ECHOES) do
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      echo.text("x" * 32)
+      echo.read_message
+      Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    end
+    result[:echo_us] = median(times) * 1e6
+    result[:echo_p99_us] = times.sort[(times.size * 0.99).floor] * 1e6
   end
-  result[:echo_us] = median(times) * 1e6
-  result[:echo_p99_us] = times.sort[(times.size * 0.99).floor] * 1e6
   return result if name == "puma+faye"
 
   rss0 = status_sum(pid, "VmRSS")
