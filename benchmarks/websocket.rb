@@ -37,18 +37,17 @@ CLIENTS = Integer(ENV.fetch("CLIENTS", "10000"))
 ECHOES = Integer(ENV.fetch("ECHOES", "5000"))
 ROUNDS = Integer(ENV.fetch("ROUNDS", "3"))
 PORT = Integer(ENV.fetch("PORT", "19700"))
+# The path of a tsubame-bench example client, built first when `wanted`.
+def rust_client(name, wanted)
+  if wanted
+    system("cargo", "build", "--release", "-q", "-p", "tsubame-bench", "--example", name, chdir: ROOT, exception: true)
+  end
+  File.join(ROOT, "target/release/examples", name)
+end
 RUST_CLIENT = ENV["BROADCAST_CLIENT"] == "rust"
-if RUST_CLIENT
-  system("cargo", "build", "--release", "-q", "-p", "tsubame-bench", "--example", "ws_broadcast",
-         chdir: ROOT, exception: true)
-end
-WS_BROADCAST = File.join(ROOT, "target/release/examples/ws_broadcast")
+WS_BROADCAST = rust_client("ws_broadcast", RUST_CLIENT)
 RUST_ECHO = ENV["ECHO_CLIENT"] == "rust"
-if RUST_ECHO
-  system("cargo", "build", "--release", "-q", "-p", "tsubame-bench", "--example", "ws_echo",
-         chdir: ROOT, exception: true)
-end
-WS_ECHO = File.join(ROOT, "target/release/examples/ws_echo")
+WS_ECHO = rust_client("ws_echo", RUST_ECHO)
 Client = Tsubame::UpgradeSupport::Client
 
 SERVERS = {
