@@ -134,7 +134,7 @@ async fn application(shared: Arc<Shared>, seen: Arc<Mutex<Vec<Seen>>>) {
                 Reply::Full {
                     status: 200,
                     data: data.into(),
-                    tail: Bytes::new(),
+                    tail: bytes::Bytes::new(),
                     body_len: text.len() as u64,
                     close: !finished.keep_alive,
                 }
