@@ -133,12 +133,8 @@ class Http2Test < Minitest::Test
     with_server(APP, args: ["-b", ssl_bind]) do |server|
       port = ssl_port(server)
       base = "https://localhost:#{port}"
-      in_tmpdir do |dir|
-        args = [3000, 1, 37].flat_map { |n| ["-o", File.join(dir, "b-#{n}"), "#{base}/burst/#{n}"] }
-        _out, err, status = h2("--parallel", *args)
-        assert status.success?, err
-        [3000, 1, 37].each { |n| assert_equal burst.call(n), File.binread(File.join(dir, "b-#{n}")), "burst of #{n}" }
-      end
+      assert_equal([3000, 1, 37].map { |n| digest_line("/burst/#{n}", burst.call(n)) },
+                   parallel_get(server, [3000, 1, 37].map { |n| "/burst/#{n}" }))
       # The app streams more than its content-length: the client gets
       # exactly that many bytes and a complete response.
       out, err, status = h2("#{base}/declared/100000/500")
@@ -154,28 +150,31 @@ class Http2Test < Minitest::Test
     end
   end
 
+  # Fetches `paths` as concurrent streams of one connection with
+  # parallel_get.py (it says why not curl): [path, length, sha256] each.
+  def parallel_get(server, paths)
+    out, err, status = Open3.capture3("/usr/bin/python3", File.join(__dir__, "parallel_get.py"),
+                                      ssl_port(server).to_s, *paths)
+    assert status.success?, err
+    lines = out.lines.map(&:split)
+    assert_equal ["connections", "1"], lines.pop, "all streams share one connection"
+    lines
+  end
+
+  def digest_line(path, body)
+    [path, body.bytesize.to_s, Digest::SHA256.hexdigest(body)]
+  end
+
   def test_many_concurrent_streams_on_one_connection
     with_server(APP, args: ["-b", ssl_bind, "-t", "4:4"]) do |server|
-      base = "https://localhost:#{ssl_port(server)}"
-      in_tmpdir do |dir|
-        # Sixty streams at once on one connection (parallel_get.py says why
-        # not curl for these), each body checked byte for byte.
-        sizes = Array.new(60) { |i| 1000 + (i * 7919) }
-        out, err, status = Open3.capture3("/usr/bin/python3", File.join(__dir__, "parallel_get.py"),
-                                          ssl_port(server).to_s, *sizes.map { |n| "/blob/#{n}" })
-        assert status.success?, err
-        lines = out.lines.map(&:split)
-        assert_equal ["connections", "1"], lines.pop, "all streams share one connection"
-        expected = sizes.map { |n| ["/blob/#{n}", n.to_s, Digest::SHA256.hexdigest(Random.new(n).bytes(n))] }
-        assert_equal expected, lines
-        streamed = Array.new(20) { |i| ["-o", File.join(dir, "s-#{i}"), "#{base}/stream/#{10 + i}"] }.flatten
-        _out, err, status = h2("--parallel", "--parallel-max", "20", *streamed)
-        assert status.success?, err
-        20.times do |i|
-          expected = Array.new(10 + i) { |k| (k % 10).to_s * 1000 }.join
-          assert_equal expected, File.read(File.join(dir, "s-#{i}")), "streamed response #{i}"
-        end
-      end
+      # Sixty whole bodies and twenty streamed ones at once, each checked
+      # byte for byte.
+      sizes = Array.new(60) { |i| 1000 + (i * 7919) }
+      assert_equal sizes.map { |n| digest_line("/blob/#{n}", Random.new(n).bytes(n)) },
+                   parallel_get(server, sizes.map { |n| "/blob/#{n}" })
+      streamed = Array.new(20) { |i| 10 + i }
+      assert_equal streamed.map { |n| digest_line("/stream/#{n}", Array.new(n) { |k| (k % 10).to_s * 1000 }.join) },
+                   parallel_get(server, streamed.map { |n| "/stream/#{n}" })
     end
   end
 
