@@ -108,7 +108,8 @@ impl Public {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let immutable = self.immutable.as_ref().is_some_and(|re| re.is_match(&name));
-        let available = self.siblings.of(&self.root, &relative);
+        let found = self.siblings.of(&self.root, &relative);
+        let available = found.as_slice();
         let mut chosen = reply::Chosen {
             file,
             meta,
@@ -117,7 +118,7 @@ impl Public {
             encoding: None,
             vary: !available.is_empty(),
         };
-        if let Some(coding) = encoding::choose(request.header(b"accept-encoding"), &available) {
+        if let Some(coding) = encoding::choose(request.header(b"accept-encoding"), available) {
             let mut sibling = relative.into_os_string();
             sibling.push(coding.suffix());
             // Checked like any other name; if it went away meanwhile, the

@@ -27,12 +27,12 @@ const MAX_KEPT: usize = 16_384;
 
 #[derive(Debug, Default)]
 pub(crate) struct Siblings {
-    kept: Mutex<HashMap<PathBuf, (DirStamp, Vec<Coding>)>>,
+    kept: Mutex<HashMap<PathBuf, (DirStamp, Found)>>,
 }
 
 impl Siblings {
     /// The codings `relative` (a file under `root`) has a sibling for.
-    pub(crate) fn of(&self, root: &Root, relative: &Path) -> Vec<Coding> {
+    pub(crate) fn of(&self, root: &Root, relative: &Path) -> Found {
         let dir = relative.parent().unwrap_or(Path::new(""));
         let Some(stamp) = root.dir_stamp(dir).filter(settled) else {
             return probe(root, relative);
@@ -40,7 +40,7 @@ impl Siblings {
         if let Ok(kept) = self.kept.lock() {
             if let Some((kept_stamp, codings)) = kept.get(relative) {
                 if *kept_stamp == stamp {
-                    return codings.clone();
+                    return *codings;
                 }
             }
         }
@@ -49,7 +49,7 @@ impl Siblings {
             if kept.len() >= MAX_KEPT {
                 kept.clear();
             }
-            kept.insert(relative.to_path_buf(), (stamp, codings.clone()));
+            kept.insert(relative.to_path_buf(), (stamp, codings));
         }
         codings
     }
@@ -67,17 +67,36 @@ fn settled(stamp: &DirStamp) -> bool {
         .is_ok_and(|ago| ago >= SETTLED)
 }
 
+/// The codings a file has siblings for, in `CODINGS` order: at most three,
+/// so they are kept and handed out by value, with no allocation per request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Found {
+    codings: [Coding; CODINGS.len()],
+    len: usize,
+}
+
+impl Found {
+    pub(crate) fn as_slice(&self) -> &[Coding] {
+        &self.codings[..self.len]
+    }
+}
+
 /// One `fstatat` per coding, from the root; the chosen sibling is then
 /// resolved and checked in full before it is served.
-fn probe(root: &Root, relative: &Path) -> Vec<Coding> {
-    CODINGS
-        .into_iter()
-        .filter(|coding| {
-            let mut name = relative.as_os_str().to_os_string();
-            name.push(coding.suffix());
-            root.has(Path::new(&name))
-        })
-        .collect()
+fn probe(root: &Root, relative: &Path) -> Found {
+    let mut found = Found {
+        codings: CODINGS,
+        len: 0,
+    };
+    for coding in CODINGS {
+        let mut name = relative.as_os_str().to_os_string();
+        name.push(coding.suffix());
+        if root.has(Path::new(&name)) {
+            found.codings[found.len] = coding;
+            found.len += 1;
+        }
+    }
+    found
 }
 
 #[cfg(test)]
@@ -104,19 +123,19 @@ mod tests {
         let root = Root::new(root_path.clone());
         let siblings = Siblings::default();
         let name = Path::new("assets/app.css");
-        assert_eq!(siblings.of(&root, name), vec![Coding::Gzip]);
+        assert_eq!(siblings.of(&root, name).as_slice(), [Coding::Gzip]);
 
         // The answer is kept: a sibling removed with the directory's time
         // put back (which no real change can do) is not noticed.
         fs::remove_file(assets.join("app.css.gz")).unwrap();
         set_changed(&assets);
-        assert_eq!(siblings.of(&root, name), vec![Coding::Gzip]);
+        assert_eq!(siblings.of(&root, name).as_slice(), [Coding::Gzip]);
 
         // A real change sets the directory's time, so it is seen at once.
         fs::write(assets.join("app.css.br"), "b").unwrap();
-        assert_eq!(siblings.of(&root, name), vec![Coding::Br]);
+        assert_eq!(siblings.of(&root, name).as_slice(), [Coding::Br]);
         fs::remove_file(assets.join("app.css.br")).unwrap();
-        assert_eq!(siblings.of(&root, name), Vec::<Coding>::new());
+        assert!(siblings.of(&root, name).as_slice().is_empty());
     }
 
     #[test]
@@ -138,9 +157,9 @@ mod tests {
         let root = Root::new(root_path.clone());
         let siblings = Siblings::default();
         let name = Path::new("link/app.js");
-        assert!(siblings.of(&root, name).is_empty());
+        assert!(siblings.of(&root, name).as_slice().is_empty());
         fs::write(real.join("app.js.gz"), "g").unwrap();
-        assert_eq!(siblings.of(&root, name), vec![Coding::Gzip]);
+        assert_eq!(siblings.of(&root, name).as_slice(), [Coding::Gzip]);
     }
 
     #[test]
@@ -150,9 +169,9 @@ mod tests {
         fs::write(root_path.join("a.js"), "a").unwrap();
         let root = Root::new(root_path.clone());
         let siblings = Siblings::default();
-        assert!(siblings.of(&root, Path::new("a.js")).is_empty());
+        assert!(siblings.of(&root, Path::new("a.js")).as_slice().is_empty());
         fs::write(root_path.join("a.js.zst"), "z").unwrap();
-        assert_eq!(siblings.of(&root, Path::new("a.js")), vec![Coding::Zstd]);
+        assert_eq!(siblings.of(&root, Path::new("a.js")).as_slice(), [Coding::Zstd]);
         assert!(
             siblings.kept.lock().unwrap().is_empty(),
             "nothing kept for a fresh directory"
