@@ -11,7 +11,7 @@ use crate::h2::stream_io::StreamIo;
 use crate::net::linger::{LINGER_BYTES, LINGER_TIME};
 use crate::shared::Shared;
 use crate::upgrade::{abandon, run_websocket};
-use crate::ws::deflate::{negotiate, ACCEPTED};
+use crate::ws::deflate::ACCEPTED;
 use crate::ws::handshake::{HandshakeError, Upgrade, VERSION};
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
@@ -50,7 +50,7 @@ pub(crate) async fn serve(
             return abandon(&shared.upgrades, &shared.upgrade_events, id);
         }
     };
-    let deflate = shared.upgrade_settings.deflate && negotiate(&upgrade.extensions);
+    let deflate = shared.upgrade_settings.deflate_for(&upgrade);
     let mut response = Response::new(());
     if deflate {
         response

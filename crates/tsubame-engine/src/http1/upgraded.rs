@@ -23,7 +23,7 @@ pub(crate) async fn serve<T: ClientIo>(
     match (kind, websocket) {
         (UpgradeKind::Sse, _) => run_sse(&mut io, session).await,
         (UpgradeKind::WebSocket, Some(Ok(upgrade))) => {
-            let deflate = shared.upgrade_settings.deflate && crate::ws::deflate::negotiate(&upgrade.extensions);
+            let deflate = shared.upgrade_settings.deflate_for(&upgrade);
             let head = response_head(&upgrade, None, deflate.then_some(crate::ws::deflate::ACCEPTED));
             // The request's read buffer is sized for heads and bodies; an
             // idle WebSocket keeps only what the client already sent.

@@ -41,6 +41,12 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Whether this WebSocket gets permessage-deflate: allowed here and
+    /// offered acceptably by the client (HTTP/1.1 and HTTP/2 alike).
+    pub(crate) fn deflate_for(&self, upgrade: &crate::ws::handshake::Upgrade) -> bool {
+        self.deflate && crate::ws::deflate::negotiate(&upgrade.extensions)
+    }
+
     pub fn from_options(opts: &crate::options::EngineOptions) -> Settings {
         Settings {
             max_frame: opts.websocket_max_frame,
