@@ -15,11 +15,8 @@ class UpgradeDeflateTest < Minitest::Test
   OFFER = { "Sec-WebSocket-Extensions" => "permessage-deflate; client_max_window_bits" }.freeze
   ACCEPTED = "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
 
-  def with_upgrade_server(args: [])
-    Dir.mktmpdir do |dir|
-      log = File.join(dir, "events")
-      with_server(APP, args: args, env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
-    end
+  def with_upgrade_server(args: [], &block)
+    with_event_log(APP, args: args, &block)
   end
 
   # A message as a client compresses it: raw deflate, sync-flushed, the

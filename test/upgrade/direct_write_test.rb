@@ -57,11 +57,8 @@ class UpgradeDirectWriteTest < Minitest::Test
     }
   RUBY
 
-  def with_events
-    Dir.mktmpdir do |dir|
-      log = File.join(dir, "events")
-      with_server(APP, env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
-    end
+  def with_events(&block)
+    with_event_log(APP, &block)
   end
 
   # Frames until the data frames number `count` (or a close frame, which is

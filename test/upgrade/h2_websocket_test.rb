@@ -45,15 +45,8 @@ class UpgradeH2WebSocketTest < Minitest::Test
     }
   RUBY
 
-  def with_upgrade_server(app = APP, args: [], config: nil)
-    Dir.mktmpdir do |dir|
-      log = File.join(dir, "events")
-      if config
-        File.write(File.join(dir, "tsubame.rb"), config)
-        args += ["-C", File.join(dir, "tsubame.rb")]
-      end
-      with_server(app, args: ["--h2c", *args], env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
-    end
+  def with_upgrade_server(app = APP, args: [], config: nil, &block)
+    with_event_log(app, args: ["--h2c", *args], config: config, &block)
   end
 
   def test_echo_text_and_binary_and_the_close_handshake_over_h2c

@@ -41,15 +41,8 @@ class UpgradeLimitsTest < Minitest::Test
     }
   RUBY
 
-  def with_events(app, args: [], config: nil)
-    Dir.mktmpdir do |dir|
-      log = File.join(dir, "events")
-      if config
-        File.write(File.join(dir, "tsubame.rb"), config)
-        args += ["-C", File.join(dir, "tsubame.rb")]
-      end
-      with_server(app, args: args, env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
-    end
+  def with_events(app, args: [], config: nil, &block)
+    with_event_log(app, args: args, config: config, &block)
   end
 
   def test_a_client_over_the_message_rate_is_closed_with_1008

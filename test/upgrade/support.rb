@@ -279,5 +279,19 @@ module Tsubame
     def events(path)
       File.exist?(path) ? File.readlines(path, chomp: true) : []
     end
+
+    # Serves `app` with TSUBAME_TEST_EVENTS naming a fresh file (where the
+    # test apps' `record` writes, read back with `events`) and, when given,
+    # `config` as a config file; yields the server and the file's path.
+    def with_event_log(app, args: [], config: nil)
+      Dir.mktmpdir do |dir|
+        log = File.join(dir, "events")
+        if config
+          File.write(File.join(dir, "tsubame.rb"), config)
+          args += ["-C", File.join(dir, "tsubame.rb")]
+        end
+        with_server(app, args: args, env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
+      end
+    end
   end
 end

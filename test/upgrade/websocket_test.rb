@@ -9,11 +9,8 @@ class UpgradeWebSocketTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::UpgradeSupport
 
-  def with_upgrade_server(args: [])
-    Dir.mktmpdir do |dir|
-      log = File.join(dir, "events")
-      with_server(APP, args: args, env: { "TSUBAME_TEST_EVENTS" => log }) { |server| yield server, log }
-    end
+  def with_upgrade_server(args: [], &block)
+    with_event_log(APP, args: args, &block)
   end
 
   def test_handshake_echo_and_callbacks
