@@ -25,6 +25,21 @@ class RackHijackTest < Minitest::Test
         io.write(RAW)
         io.close
         [-1, {}, []]
+      when "/full-turns"
+        # 200 non-blocking writes beside a thread that counts its turns at
+        # the GVL (it passes after each): how many turns it got while the
+        # writes ran says whether each write gave the GVL up.
+        io = env["rack.hijack"].call
+        turns = 0
+        counter = Thread.new { loop { turns += 1; Thread.pass } }
+        sleep 0.01
+        before = turns
+        200.times { io.write_nonblock("x", exception: false) }
+        during = turns - before
+        counter.kill.join
+        io.write(" turns=#{during}")
+        io.close
+        [-1, {}, []]
       when "/full-lint"
         io = env["rack.hijack"].call
         log.call("lint hijack_io_set=#{!env["rack.hijack_io"].nil?}")
@@ -114,8 +129,23 @@ class RackHijackTest < Minitest::Test
       assert_equal RAW_RESPONSE, data
       assert closed, "closed when the app closed the IO"
       assert_includes log_with("full hijack"), "hijack_io_set=true"
-      assert_match(/io=(BasicSocket|Socket|TCPSocket)/, File.read(@log))
+      assert_includes File.read(@log), "io=Tsubame::HijackedSocket"
       assert_equal "ok", s.get("/").body, "server keeps serving"
+      assert_equal "", s.stderr
+    end
+  end
+
+  # HijackedSocket: a broadcast written with write_nonblock (ActionCable)
+  # lets a request waiting for the GVL in between its frames; a plain
+  # BasicSocket keeps the GVL through all 200 (about 0 turns).
+  def test_full_hijack_write_nonblock_gives_other_threads_turns
+    serve do |s|
+      data, closed = raw_exchange(s, get_bytes("/full-turns"))
+      assert closed
+      assert_equal "x" * 200, data[0, 200]
+      turns = data[/ turns=(\d+)\z/, 1]&.to_i
+      refute_nil turns, data
+      assert_operator turns, :>=, 150, "the counting thread's turns during 200 write_nonblock calls"
       assert_equal "", s.stderr
     end
   end

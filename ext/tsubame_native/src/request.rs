@@ -8,7 +8,7 @@ use crate::rack_env;
 use crate::stream::Stream;
 use bytes::Bytes;
 use magnus::value::{Opaque, ReprValue};
-use magnus::{gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RString, Ruby, Value};
+use magnus::{gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RModule, RString, Ruby, Value};
 use std::cell::{Cell, RefCell};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
@@ -261,7 +261,10 @@ impl Request {
                 ))
             }
         };
-        let socket_class: Value = ruby.class_object().const_get("BasicSocket")?;
+        // lib/tsubame/serve/hijacked_socket.rb: a BasicSocket whose
+        // non-blocking writes give other threads a turn at the GVL.
+        let tsubame: RModule = ruby.class_object().const_get("Tsubame")?;
+        let socket_class: Value = tsubame.const_get("HijackedSocket")?;
         let io: Value = socket_class.funcall("for_fd", (fd.into_raw_fd(),))?;
         rb_self.hijacked.set(true);
         if let Some(env) = rb_self.env.get() {

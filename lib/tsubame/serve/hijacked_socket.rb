@@ -1,0 +1,23 @@
+# frozen_string_literal: true
+
+require "socket"
+
+module Tsubame
+  # The socket a full hijack (`env["rack.hijack"].call`) hands the app.
+  #
+  # Hijacking apps that serve many connections from a few threads
+  # (ActionCable's worker pool, faye-websocket) send with `write_nonblock`,
+  # which never gives up the GVL: a broadcast to a thousand subscribers
+  # holds it from the first frame to the last, and a plain request waiting
+  # for its turn waits for the whole burst (or Ruby's 100 ms time slice).
+  # A blocking `write` gives the GVL up around the system call; this gives
+  # other threads the same turn after each non-blocking one. With no other
+  # thread waiting, the pass is a sched_yield(2).
+  class HijackedSocket < BasicSocket
+    def write_nonblock(buf, exception: true)
+      written = super
+      Thread.pass
+      written
+    end
+  end
+end
