@@ -10,10 +10,13 @@
 #            on the edge between the two, met or missed by chance)
 # it runs `tsubame tune` (SLO p95 <= 200 ms), then starts the recommended
 # setting and replays its confirmed max rate RUNS times for DURATION
-# seconds with `tsubame bench` and, if found, k6 (an independent open-loop
-# client: constant-arrival-rate, ~/go/bin/k6 or K6=path), counting the
-# runs that meet the SLO (p95 <= 200 ms, >= 99.9% 2xx, and for k6 no
-# dropped iterations). Then a slow manual sweep: rates from SWEEP_FROM x the
+# seconds with `tsubame bench` and, if found, an independent open-loop
+# client: vegeta (~/go/bin/vegeta or VEGETA=path; constant rate), or k6
+# with CLIENT=k6 (constant-arrival-rate, ~/go/bin/k6 or K6=path; its
+# JavaScript VUs take a good part of a core at a few hundred requests a
+# second, which a CPU-bound server on 2 shared cores then lacks), counting
+# the runs that meet the SLO (p95 <= 200 ms, >= 99.9% of the requests due
+# answered 2xx: requests a client could not send count as failed). Then a slow manual sweep: rates from SWEEP_FROM x the
 # confirmed rate upward in SWEEP_STEP steps, each offered for DURATION
 # seconds by `tsubame bench`, until one misses twice in a row (once may be
 # a stall of the shared machine); the highest that held is
@@ -55,6 +58,14 @@ SWEEP_STEP = Float(ENV.fetch("SWEEP_STEP", "0.05"))
 SWEEP_MAX = Integer(ENV.fetch("SWEEP_MAX", "8"))
 PORT = Integer(ENV.fetch("PORT", "19521"))
 OUT = ENV.fetch("OUT", "/tmp/tune-replay")
+# The independent open-loop client: vegeta, or k6 with CLIENT=k6.
+CLIENT = ENV.fetch("CLIENT", "vegeta")
+abort "CLIENT is vegeta or k6, not #{CLIENT}" unless %w[vegeta k6].include?(CLIENT)
+
+def independent_client
+  CLIENT == "k6" ? k6_path : vegeta_path
+end
+
 # Looked up before each run: a `go install go.k6.io/k6@latest` still
 # building when the script starts is used once it is done.
 def k6_path
@@ -126,6 +137,34 @@ K6_SCRIPT = <<~JS
   export function handleSummary(data) { return { [__ENV.OUT]: JSON.stringify(data) }; }
 JS
 
+def vegeta_path
+  ENV.fetch("VEGETA") { [File.expand_path("~/go/bin/vegeta"), "/usr/local/bin/vegeta", "/usr/bin/vegeta"].find { |p| File.executable?(p) } }
+end
+
+# vegeta (`go install github.com/tsenart/vegeta/v12@v12.13.0`): requests
+# sent at a constant rate whatever the answers (it adds workers rather than
+# wait), in Go, so it takes far less of the shared cores than k6's
+# JavaScript VUs. A run that could not keep the rate counts the requests it
+# never sent as failures, like k6's dropped iterations.
+def vegeta(rate, file)
+  attack = [vegeta_path, "attack", "-rate=#{rate}/s", "-duration=#{DURATION}s", "-timeout=2s"]
+  targets = "GET http://127.0.0.1:#{PORT}/\n"
+  results, err, status = Open3.capture3(*attack, stdin_data: targets, binmode: true)
+  return { ok: false, why: "vegeta attack failed: #{err.lines.last}" } unless status.success?
+
+  out, err, status = Open3.capture3(vegeta_path, "report", "-type=json", stdin_data: results, binmode: true)
+  File.write(file, out)
+  return { ok: false, why: "vegeta report failed: #{err.lines.last}" } unless status.success?
+
+  r = JSON.parse(out)
+  due = (rate * DURATION).round
+  ok = (r["requests"] * r["success"]).round
+  unsent = [due - r["requests"], 0].max
+  p95 = r.dig("latencies", "95th") / 1e6
+  success = ok * 100.0 / [due, r["requests"]].max
+  { ok: p95 <= SLO_MS && success >= SUCCESS, p95: p95, success: success, dropped: unsent }
+end
+
 def k6(rate, file, dir)
   script = File.join(dir, "replay.js")
   File.write(script, K6_SCRIPT)
@@ -152,7 +191,7 @@ end
 
 FileUtils.mkdir_p(OUT)
 summary = ["# tune replay #{Time.now.utc}", "", "RUNS=#{RUNS} DURATION=#{DURATION} BUDGET=#{BUDGET} CONFIRM=#{CONFIRM} " \
-           "WORKERS=#{WORKERS} THREADS=#{THREADS}; k6 at the start: #{k6_path || "not found"}", ""]
+           "WORKERS=#{WORKERS} THREADS=#{THREADS}; #{CLIENT} at the start: #{independent_client || "not found"}", ""]
 # Written after every run, so an interrupted benchmark keeps what it measured.
 flush = -> { File.write(File.join(OUT, "summary.md"), "#{summary.join("\n")}\n") }
 ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
@@ -185,18 +224,23 @@ ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
       passes[:bench] += 1 if b[:ok]
       summary << "- run #{i + 1}: tsubame bench #{describe(b)} (load #{load_average})"
       flush.call
-      next unless k6_path
+      next unless independent_client
 
       sleep 3
-      k = k6(rate, File.join(dir, "k6-#{i + 1}.json"), dir)
-      passes[:k6] += 1 if k[:ok]
-      passes[:k6_runs] += 1
-      summary << "- run #{i + 1}: k6 #{describe(k)} (load #{load_average})"
+      k = if CLIENT == "k6"
+            k6(rate, File.join(dir, "k6-#{i + 1}.json"), dir)
+          else
+            vegeta(rate, File.join(dir, "vegeta-#{i + 1}.json"))
+          end
+      passes[:other] += 1 if k[:ok]
+      passes[:other_runs] += 1
+      summary << "- run #{i + 1}: #{CLIENT} #{describe(k)} (load #{load_average})"
       flush.call
       sleep 3
     end
     summary << "" << "replays meeting the SLO: tsubame bench #{passes[:bench]}/#{RUNS}, " \
-                     "k6 #{passes[:k6]}/#{passes[:k6_runs]}#{" (k6 not found for the other runs)" if passes[:k6_runs] < RUNS}"
+                     "#{CLIENT} #{passes[:other]}/#{passes[:other_runs]}" \
+                     "#{" (#{CLIENT} not found for the other runs)" if passes[:other_runs] < RUNS}"
     best = nil
     SWEEP_MAX.times do |i|
       r = (rate * (SWEEP_FROM + (i * SWEEP_STEP))).round
