@@ -111,11 +111,14 @@ run: deps build
 # the exit status is still non-zero if any failed. The Ruby suite runs
 # under Rack 2 and Rack 3 at the same time (each mostly waits on its
 # servers, and one after the other would take about 13 minutes): each
-# writes its own log, printed whole once both are done.
+# writes its own log, printed whole once both are done. When anything
+# failed, the last lines name what (a CI page that shows only the end of
+# the output then still says which test it was).
 test: deps build h2spec-install
 	@status=0; \
-	cargo test -p tsubame-engine -p tsubame-bench --release --features tsubame-engine/fuzzing || status=1; \
 	mkdir -p $(TEST_LOGS); \
+	cargo test -p tsubame-engine -p tsubame-bench --release --features tsubame-engine/fuzzing 2>&1 | tee $(TEST_LOGS)/cargo.log; \
+	[ "$${PIPESTATUS[0]}" -eq 0 ] || status=1; \
 	echo "Ruby suite under Rack 2 and Rack 3 at once: $(TEST_LOGS)/ruby-rack2.log, $(TEST_LOGS)/ruby-rack3.log"; \
 	$(RUBY_TESTS) >$(TEST_LOGS)/ruby-rack2.log 2>&1 & rack2=$$!; \
 	if [ -f $(RACK3_LIB)/rack.rb ]; then \
@@ -128,7 +131,16 @@ test: deps build h2spec-install
 	echo "=== Ruby suite, Debian's Rack 2 ==="; cat $(TEST_LOGS)/ruby-rack2.log; \
 	echo "=== Ruby suite, Rack 3 ($(RACK3_LIB)) ==="; cat $(TEST_LOGS)/ruby-rack3.log; \
 	echo "=== ActionCable (Rails 6.1, Debian's Rack 2) ==="; \
-	$(REALTIME_TESTS) || status=1; \
+	$(REALTIME_TESTS) 2>&1 | tee $(TEST_LOGS)/realtime.log; \
+	[ "$${PIPESTATUS[0]}" -eq 0 ] || status=1; \
+	if [ $$status -ne 0 ]; then \
+	  echo "=== What failed (the logs above in full: $(TEST_LOGS)) ==="; \
+	  grep -h -A2 -E "^test .* FAILED|panicked at" $(TEST_LOGS)/cargo.log || true; \
+	  for log in ruby-rack2 ruby-rack3 realtime; do \
+	    grep -q -E "^(Failure|Error):" $(TEST_LOGS)/$$log.log 2>/dev/null || continue; \
+	    echo "--- $$log"; grep -h -A4 -E "^(Failure|Error):" $(TEST_LOGS)/$$log.log | cut -c1-400; \
+	  done; \
+	fi; \
 	exit $$status
 
 test-tune-replay: deps build
