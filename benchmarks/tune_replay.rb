@@ -9,24 +9,27 @@
 #            the 200 ms limit: a tail of exactly 5% over it would put p95
 #            on the edge between the two, met or missed by chance)
 # it runs `tsubame tune` (SLO p95 <= 200 ms), then starts the recommended
-# setting and replays its confirmed max rate RUNS times for DURATION
-# seconds with `tsubame bench` and, if found, an independent open-loop
-# client: vegeta (~/go/bin/vegeta or VEGETA=path; constant rate), or k6
-# with CLIENT=k6 (constant-arrival-rate, ~/go/bin/k6 or K6=path; its
-# JavaScript VUs take a good part of a core at a few hundred requests a
-# second, which a CPU-bound server on 2 shared cores then lacks), counting
-# the runs that meet the SLO (p95 <= 200 ms, >= 99.9% of the requests due
-# answered 2xx: requests a client could not send count as failed). Then a slow manual sweep: rates from SWEEP_FROM x the
-# confirmed rate upward in SWEEP_STEP steps, each offered for DURATION
-# seconds by `tsubame bench`, until one misses twice in a row (once may be
-# a stall of the shared machine); the highest that held is
-# the best rate, and the recommended rate should be >= 85% of it.
+# setting and replays its recommended operating rate (REPLAY=confirmed:
+# the confirmed max rate) RUNS times for DURATION seconds with `tsubame
+# bench` and, if found, an independent open-loop client: vegeta
+# (~/go/bin/vegeta or VEGETA=path; constant rate), or k6 with CLIENT=k6
+# (constant-arrival-rate, ~/go/bin/k6 or K6=path; its JavaScript VUs take
+# a good part of a core at a few hundred requests a second, which a
+# CPU-bound server on 2 shared cores then lacks), counting the runs that
+# meet the SLO (p95 <= 200 ms, >= 99.9% of the requests due answered 2xx:
+# requests a client could not send count as failed). Then a slow manual
+# sweep: rates from SWEEP_FROM x the confirmed rate upward in SWEEP_STEP
+# steps, each offered for DURATION seconds by `tsubame bench`, until one
+# misses twice in a row (once may be a stall of the shared machine); the
+# highest that held (or the confirmed rate, which held for the tune's
+# confirmation) is the best rate, and the replayed rate should be >= 85%
+# of it.
 #
-#   ruby benchmarks/tune_replay.rb                        # everything: about 2 h per shape
+#   ruby benchmarks/tune_replay.rb                        # everything: about 35 min per shape
 #   RUNS=3 DURATION=60 SHAPES=seed001 ruby benchmarks/tune_replay.rb
 #
 # Other settings: BUDGET=6m (tune's), CONFIRM=60s, WORKERS=1,2
-# THREADS=1,4,8,16, SWEEP_FROM=0.9, SWEEP_STEP=0.05, SWEEP_MAX=8 (steps),
+# THREADS=1,4,8,16, SWEEP_FROM=1.05, SWEEP_STEP=0.05, SWEEP_MAX=4 (steps),
 # PORT=19521, OUT=/tmp/tune-replay. Writes OUT/summary.md and, per shape,
 # tune.json, tune.err and every run's report. Records the load average
 # before and after each phase, since the machine may be shared.
@@ -53,13 +56,15 @@ BUDGET = ENV.fetch("BUDGET", "6m")
 CONFIRM = ENV.fetch("CONFIRM", "60s")
 WORKERS = ENV.fetch("WORKERS", "1,2")
 THREADS = ENV.fetch("THREADS", "1,4,8,16")
-SWEEP_FROM = Float(ENV.fetch("SWEEP_FROM", "0.9"))
+SWEEP_FROM = Float(ENV.fetch("SWEEP_FROM", "1.05"))
 SWEEP_STEP = Float(ENV.fetch("SWEEP_STEP", "0.05"))
-SWEEP_MAX = Integer(ENV.fetch("SWEEP_MAX", "8"))
+SWEEP_MAX = Integer(ENV.fetch("SWEEP_MAX", "4"))
 PORT = Integer(ENV.fetch("PORT", "19521"))
 OUT = ENV.fetch("OUT", "/tmp/tune-replay")
 # The independent open-loop client: vegeta, or k6 with CLIENT=k6.
 CLIENT = ENV.fetch("CLIENT", "vegeta")
+REPLAY = ENV.fetch("REPLAY", "operating")
+abort "REPLAY is operating or confirmed, not #{REPLAY}" unless %w[operating confirmed].include?(REPLAY)
 abort "CLIENT is vegeta or k6, not #{CLIENT}" unless %w[vegeta k6].include?(CLIENT)
 
 def independent_client
@@ -191,7 +196,7 @@ end
 
 FileUtils.mkdir_p(OUT)
 summary = ["# tune replay #{Time.now.utc}", "", "RUNS=#{RUNS} DURATION=#{DURATION} BUDGET=#{BUDGET} CONFIRM=#{CONFIRM} " \
-           "WORKERS=#{WORKERS} THREADS=#{THREADS}; #{CLIENT} at the start: #{independent_client || "not found"}", ""]
+           "WORKERS=#{WORKERS} THREADS=#{THREADS} REPLAY=#{REPLAY}; #{CLIENT} at the start: #{independent_client || "not found"}", ""]
 # Written after every run, so an interrupted benchmark keeps what it measured.
 flush = -> { File.write(File.join(OUT, "summary.md"), "#{summary.join("\n")}\n") }
 ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
@@ -208,7 +213,11 @@ ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
     flush.call
     next
   end
-  rate = rec.fetch("confirmed_rate")
+  confirmed = rec.fetch("confirmed_rate")
+  # The rate the report recommends running at (the operating rate,
+  # --headroom of the confirmed max), or with REPLAY=confirmed the
+  # confirmed max rate itself.
+  rate = REPLAY == "confirmed" ? confirmed : rec.fetch("operating_rate").round
   setting = report["settings"].find { |s| s["label"] == rec["label"] }.fetch("setting")
   summary << "## #{shape} (#{env.map { |k, v| "#{k}=#{v}" }.join(" ")})" << ""
   summary << "tune: #{rec["label"]}, max #{rec["max_rate"]}, confirmed #{rate} req/s for #{rec["confirmed_for_s"]} s, " \
@@ -243,7 +252,7 @@ ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
                      "#{" (#{CLIENT} not found for the other runs)" if passes[:other_runs] < RUNS}"
     best = nil
     SWEEP_MAX.times do |i|
-      r = (rate * (SWEEP_FROM + (i * SWEEP_STEP))).round
+      r = (confirmed * (SWEEP_FROM + (i * SWEEP_STEP))).round
       log "#{shape}: sweep #{r} req/s (load #{load_average})"
       sleep 3
       s = bench(r, File.join(dir, "sweep-#{r}.json"))
@@ -259,8 +268,12 @@ ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
 
       best = r
     end
-    summary << "" << (best ? format("best rate holding %d s: %d req/s; recommended %s = %.0f%% of it", DURATION, best, rate, rate * 100.0 / best)
-                           : "no sweep rate held") << ""
+    # The confirmed rate held for the whole confirmation period: the
+    # sweep starts above it, and it is the best if nothing above holds.
+    best ||= confirmed
+    summary << "" << format("best rate holding %d s: %s req/s%s; replayed %s = %.0f%% of it", DURATION, best,
+                            best == confirmed ? " (the confirmed rate; no sweep rate above it held)" : "", rate,
+                            rate * 100.0 / best) << ""
   ensure
     stop_server(pid)
   end

@@ -54,7 +54,7 @@ class TuneTest < Minitest::Test
       end
       assert_match(/^Recommended: single mode, [12] threads?[ .]/, out)
       assert_match(%r{^Confirmed: [\d,.]+ req/s held the SLO for \d+ s when replayed \(p95 [\d.]+ m?s, trend [+-][\d.]+ ms/s, }, out)
-      assert_match(%r{^Operating rate: [\d,.]+ req/s \(80% of the confirmed max rate}, out)
+      assert_match(%r{^Operating rate: [\d,.]+ req/s \(90% of the confirmed max rate}, out)
       threads = out[/^    threads (\d), \1$/, 1]
       assert_includes %w[1 2], threads, out
       assert_includes out, "    workers 0 # single mode"

@@ -544,7 +544,7 @@ class TuneUnitTest < Minitest::Test
       app = write_file(dir, "config.ru", "run ->(_) { [200, {}, []] }\n")
       defaults = Tune::TuneOptions.new([app])
       assert_in_delta 60.0, defaults.confirm
-      assert_in_delta 80.0, defaults.headroom
+      assert_in_delta 90.0, defaults.headroom
       options = Tune::TuneOptions.new(["--confirm-duration", "30s", "--headroom", "70%", app])
       assert_in_delta 30.0, options.confirm
       assert_in_delta 70.0, options.headroom
