@@ -44,7 +44,7 @@ class TuneReplayTest < Minitest::Test
       rate = recommended.fetch("confirmed_rate")
       assert_operator rate, :>=, CAPACITY * LOWER, err
       assert_operator rate, :<=, CAPACITY * UPPER, err
-      assert_in_delta rate * 0.8, recommended["operating_rate"], 0.1
+      assert_in_delta rate * 0.9, recommended["operating_rate"], 0.1
       assert_operator recommended["confirmed_for_s"], :>=, 10
       assert_equal ["workers 0 # single mode: one process, no fork", "threads 2, 2"], recommended["config"]
 
