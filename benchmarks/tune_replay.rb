@@ -220,8 +220,8 @@ ENV.fetch("SHAPES", SHAPES.keys.join(",")).split(",").each do |shape|
   rate = REPLAY == "confirmed" ? confirmed : rec.fetch("operating_rate").round
   setting = report["settings"].find { |s| s["label"] == rec["label"] }.fetch("setting")
   summary << "## #{shape} (#{env.map { |k, v| "#{k}=#{v}" }.join(" ")})" << ""
-  summary << "tune: #{rec["label"]}, max #{rec["max_rate"]}, confirmed #{rate} req/s for #{rec["confirmed_for_s"]} s, " \
-             "operating #{rec["operating_rate"]}; #{report["elapsed_s"]} s; load #{report.dig("machine", "load_average_before")&.first} " \
+  summary << "tune: #{rec["label"]}, max #{rec["max_rate"]}, confirmed #{confirmed} req/s for #{rec["confirmed_for_s"]} s, " \
+             "operating #{rec["operating_rate"]}, replayed at #{rate}; #{report["elapsed_s"]} s; load #{report.dig("machine", "load_average_before")&.first} " \
              "before, #{report.dig("machine", "load_average_after")&.first} after; client CPU " \
              "#{report.dig("confirmation", "client_cpu_percent")}% of a core"
   pid = start_server(env, setting, dir)
