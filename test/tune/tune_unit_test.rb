@@ -528,6 +528,19 @@ class TuneUnitTest < Minitest::Test
       assert_equal 720, confirm.next_rate(behind)
       assert_equal 900, confirm.next_rate(template.tries.first)
 
+      # Within the SLO all along and keeping up, latency still creeping up
+      # (seed 001's shape, 470 req/s: p95 124 ms, +0.7 ms/s over 60 s): just
+      # over capacity, so 5% down, not 10%.
+      rising = timeline_report((0...30).map { |i| 40.0 + (i * 2) }, per_window: 100)
+      creeping = Tune::Step.new(measurement: Tune::Measurement.new(rising, offered: 1000), miss: "rising",
+                                steady: Tune::Steady.new(rising, rate: 1000, span: 3.0, limit_ms: 200), doubtful: true)
+      assert creeping.steady.keeping_up?
+      assert creeping.steady.rising?
+      assert_equal 950, confirm.next_rate(creeping)
+      # The same rise when the SLO broke (not doubtful): the usual 10%.
+      broke = Tune::Step.new(measurement: creeping.measurement, miss: "p95", steady: creeping.steady, doubtful: false)
+      assert_equal 900, confirm.next_rate(broke)
+
       # No time for a try: nothing offered, and the note says why.
       late = Tune::Confirmation.new(setting, 0.1)
       idle = ScriptedStepper.new([])

@@ -65,14 +65,18 @@ module Tsubame
 
     # The confirmation run: the recommended setting is booted again and its
     # max rate offered for the confirmation period (--confirm-duration),
-    # judged like a step (SLO and steady state). A miss confirms the next
-    # lower rate is confirmed instead, while the budget allows: BACKOFF of
-    # the one that missed, or of what the server answered if that was
-    # less (a server that fell behind has shown its capacity).
+    # judged like a step (SLO and steady state). After a miss the next
+    # lower rate is tried instead, while the budget allows: BACKOFF of the
+    # one that missed, or of what the server answered if that was less (a
+    # server that fell behind has shown its capacity); CREEP_BACKOFF of it
+    # when the try held the SLO all along and only its latency was still
+    # creeping up (a rate just over capacity: 10% down would leave the
+    # recommendation further below the capacity than it needs to be).
     class Confirm
       include Clock
 
       BACKOFF = 0.9
+      CREEP_BACKOFF = 0.95
       # Boot, then the server may still be finishing a missed try's queue.
       PAUSE = 2.0
       # How many tries the budget keeps room for when it can.
@@ -152,12 +156,21 @@ module Tsubame
       end
 
       def next_rate(step)
+        return round(step.rate * CREEP_BACKOFF) if creeping?(step)
+
         answered = step.steady&.throughput_ratio
         share = answered ? [answered, 1.0].min : 1.0
         round(step.rate * share * BACKOFF)
       end
 
       private
+
+      # Held the SLO (a doubtful step is one whose SLO and steady-state
+      # verdicts disagree) and kept up, with only the latency still rising.
+      def creeping?(step)
+        steady = step.steady
+        step.doubtful && steady && steady.keeping_up? && steady.rising?
+      end
 
       def line(step)
         m = step.measurement
