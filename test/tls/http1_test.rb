@@ -172,7 +172,7 @@ class TlsHttp1Test < Minitest::Test
       rescue EOFError
         nil
       end
-      assert_equal "echo https BasicSocket: hello through the bridge\n", rest
+      assert_equal "echo https Tsubame::HijackedSocket: hello through the bridge\n", rest
     ensure
       tls&.close
     end
