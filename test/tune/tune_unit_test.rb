@@ -455,7 +455,7 @@ class TuneUnitTest < Minitest::Test
     report = report_for(results)
     text = report.text
     assert_includes text, "Recommended: 2 workers, 4 threads.\n"
-    assert_match(/^Confirmed: 900 req\/s held the SLO for 60 s when replayed \(p95 120 ms, trend \+0\.0 ms\/s, 100\.0% of the offered rate answered\); before it 1,000 req\/s missed \(p95 260 ms > 200 ms\)\.$/, text)
+    assert_match(/^Confirmed: 900 req\/s held the SLO for 60 s when replayed \(p95 120 ms, trend \+0\.0 ms\/s, 100\.0% of the offered rate answered\); missed at 1,000 req\/s \(p95 260 ms > 200 ms\)\.$/, text)
     assert_includes text, "Operating rate: 720 req/s (80% of the confirmed max rate, to leave headroom"
     assert_includes text, "Warning: the load generator shared the cores with the server (CPUs 0,1) and used 20% of one core " \
                           "(10% of the 2 cores) at the confirmed rate"
@@ -506,18 +506,38 @@ class TuneUnitTest < Minitest::Test
       options = Tune::TuneOptions.new(["--confirm-duration", "0.1s", app])
       setting = Tune::Setting.new(workers: 2, threads: 4)
       template = confirmation(setting, [[1000, 260], [900, 120], [810, 100]])
-      outcome = ->(step) { ->(_rate) { step } }
-      stepper = ScriptedStepper.new(template.tries.map { |step| outcome.call(step) })
+      # A step at whatever rate is offered, with this p95.
+      outcome = ->(p95) { ->(rate) { confirmation(setting, [[rate, p95]]).tries.first } }
+      stepper = ScriptedStepper.new([outcome.call(260), outcome.call(120), outcome.call(230), outcome.call(100)])
       io = StringIO.new
       progress = Tune::Progress.new(io).tap(&:release)
       confirm = Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: stepper)
       result = Tune::Confirmation.new(setting, 0.1)
       confirm.replay(result, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30)
-      # 1000 missed; 90% of it, 900, held; nothing lower was tried.
-      assert_equal [[1000, 0.1], [900, 0.1]], stepper.offered
+      # 1000 missed; 90% of it, 900, held; halfway back up, 950, missed;
+      # nothing more was tried and 900 is the confirmed rate.
+      assert_equal [[1000, 0.1], [900, 0.1], [950, 0.1]], stepper.offered
       assert_equal 900, result.rate
       assert_match(/^\[confirm\] 1,000 req\/s for 60 s: .* - misses \(p95 260 ms > 200 ms\)$/, io.string)
       assert_match(/^\[confirm\] 900 req\/s for 60 s: .*load generator CPU 20% - confirmed$/, io.string)
+      assert_match(/^\[confirm\] 950 req\/s for 60 s: .* - misses \(p95 230 ms > 200 ms\)$/, io.string)
+
+      # The halfway rate holds: it is the confirmed rate, the higher of two.
+      stepper = ScriptedStepper.new([outcome.call(260), outcome.call(120), outcome.call(150), outcome.call(100)])
+      higher = Tune::Confirmation.new(setting, 0.1)
+      Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: stepper)
+                   .replay(higher, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30)
+      assert_equal [1000, 900, 950], stepper.offered.map(&:first)
+      assert_equal 950, higher.rate
+      assert_in_delta 855.0, higher.operating_rate(90)
+
+      # Held at the first try: nothing above it to look for.
+      stepper = ScriptedStepper.new([outcome.call(120), outcome.call(100)])
+      first = Tune::Confirmation.new(setting, 0.1)
+      Tune::Confirm.new(options, bench: "b", dir: dir, progress: progress, stepper: stepper)
+                   .replay(first, FakeServer.new(setting), 1000, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30)
+      assert_equal [1000], stepper.offered.map(&:first)
+      assert_equal 1000, first.rate
 
       # A server that answered 80% of 1000 req/s has shown about 800: the
       # next try is 90% of that, not of 1000.

@@ -26,9 +26,9 @@ module Tsubame
         @note = nil
       end
 
-      # The try that met the SLO in steady state, or nil.
+      # The highest rate that met the SLO in steady state, or nil.
       def confirmed
-        @tries.find(&:met?)
+        @tries.select(&:met?).max_by(&:rate)
       end
 
       def rate
@@ -72,11 +72,17 @@ module Tsubame
     # when the try held the SLO all along and only its latency was still
     # creeping up (a rate just over capacity: 10% down would leave the
     # recommendation further below the capacity than it needs to be).
+    # When a lower rate holds after a miss and the budget has room for one
+    # more try, the rate halfway between the two is tried as well, and the
+    # higher that held is the confirmed rate: the backoff's step is coarse,
+    # and the capacity usually lies between.
     class Confirm
       include Clock
 
       BACKOFF = 0.9
       CREEP_BACKOFF = 0.95
+      # A halfway rate less than this far above the held one is not tried.
+      REFINE_GAP = 0.02
       # Boot, then the server may still be finishing a missed try's queue.
       PAUSE = 2.0
       # How many tries the budget keeps room for when it can.
@@ -135,10 +141,14 @@ module Tsubame
       end
 
       # Offers `rate` for the confirmation period, then lower rates after
-      # each miss, until one holds or the next would not end by deadline.
+      # each miss, until one holds or the next would not end by deadline;
+      # after a hold that followed a miss, once more halfway back up.
       def replay(confirmation, server, rate, deadline)
+        refining = false
         until @interrupted
           if monotonic + PAUSE + @options.confirm + @stepper.timeout + Runner::STEP_OVERHEAD > deadline
+            return say("  no time left to try #{Format.rate(rate)} req/s") if refining
+
             confirmation.note = "the budget ran out before a rate was confirmed"
             return say("  #{confirmation.note}")
           end
@@ -149,10 +159,27 @@ module Tsubame
           confirmation.tries << step
           confirmation.client_cpus ||= step.measurement.client_cpus
           say line(step)
-          return if step.met?
+          return if refining
 
-          rate = next_rate(step)
+          if step.met?
+            rate = refine_rate(confirmation, step)
+            return unless rate
+
+            refining = true
+          else
+            rate = next_rate(step)
+          end
         end
+      end
+
+      # Halfway between a rate that held and the lowest that missed above
+      # it, or nil when there was no miss or the two are close.
+      def refine_rate(confirmation, held)
+        missed = confirmation.tries.reject(&:met?).map(&:rate).select { |r| r > held.rate }.min
+        return nil unless missed
+
+        halfway = round((held.rate + missed) / 2.0)
+        halfway > held.rate * (1 + REFINE_GAP) ? halfway : nil
       end
 
       def next_rate(step)

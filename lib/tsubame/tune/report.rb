@@ -117,11 +117,11 @@ module Tsubame
       def confirmed_line
         step = confirmed
         m = step.measurement
-        missed = confirmation.tries.reject(&:met?).map { |t| "#{Format.rate(t.rate)} req/s missed (#{t.miss})" }
+        missed = confirmation.tries.reject(&:met?).map { |t| "#{Format.rate(t.rate)} req/s (#{t.miss})" }
         format("Confirmed: %s req/s held the SLO for %.0f s when replayed (p95 %s, trend %s, %.1f%% of the offered " \
                "rate answered)%s.", Format.rate(step.rate), step.duration || confirmation.duration,
                Format.ms(m.latency("p95")), step.trend, (step.steady&.throughput_ratio || 0) * 100,
-               missed.empty? ? "" : "; before it #{missed.join("; ")}")
+               missed.empty? ? "" : "; missed at #{missed.join("; ")}")
       end
 
       def operating_line
