@@ -70,7 +70,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 test-tune-replay chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable fleet gem native-gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 test-tune-replay chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable bench-tune-replay fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -240,6 +240,17 @@ h2spec-install: deps
 	  echo "h2spec-install: go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION)"; \
 	  go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION); \
 	fi
+
+# vegeta: the independent open-loop client of benchmarks/tune_replay.rb.
+VEGETA_VERSION := v12.13.0
+bench-tune-replay: deps build
+	@command -v go >/dev/null || { echo "bench-tune-replay: go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
+	@gobin="$$(go env GOPATH)/bin"; \
+	if [ ! -x "$$gobin/vegeta" ]; then \
+	  echo "bench-tune-replay: go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION)"; \
+	  go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION); \
+	fi
+	ruby benchmarks/tune_replay.rb
 
 h2spec: build h2spec-install
 	ruby -w -Ilib -Itest test/h2/h2spec_test.rb
