@@ -25,10 +25,10 @@
 # confirmation) is the best rate, and the replayed rate should be >= 85%
 # of it.
 #
-#   ruby benchmarks/tune_replay.rb                        # everything: about 35 min per shape
+#   ruby benchmarks/tune_replay.rb                        # everything: about 40 min per shape
 #   RUNS=3 DURATION=60 SHAPES=seed001 ruby benchmarks/tune_replay.rb
 #
-# Other settings: BUDGET=6m (tune's), CONFIRM=60s, WORKERS=1,2
+# Other settings: BUDGET=10m (tune's default; 6m left no time for a third confirmation try), CONFIRM=60s, WORKERS=1,2
 # THREADS=1,4,8,16, SWEEP_FROM=1.05, SWEEP_STEP=0.05, SWEEP_MAX=4 (steps),
 # PORT=19521, OUT=/tmp/tune-replay. Writes OUT/summary.md and, per shape,
 # tune.json, tune.err and every run's report. Records the load average
@@ -52,7 +52,7 @@ SHAPES = {
 
 RUNS = Integer(ENV.fetch("RUNS", "10"))
 DURATION = Integer(ENV.fetch("DURATION", "60"))
-BUDGET = ENV.fetch("BUDGET", "6m")
+BUDGET = ENV.fetch("BUDGET", "10m")
 CONFIRM = ENV.fetch("CONFIRM", "60s")
 WORKERS = ENV.fetch("WORKERS", "1,2")
 THREADS = ENV.fetch("THREADS", "1,4,8,16")
