@@ -114,7 +114,7 @@ class TuneTest < Minitest::Test
   def test_fibers_adds_fiber_mode_and_recommends_it_for_a_waiting_app
     in_tmpdir do |dir|
       app = write_file(dir, "slow.ru", SLOW)
-      out, err, status = tune("--workers", "1", "--threads", "2", "--fibers", "--step-duration", "1s", "--budget", "43s",
+      out, err, status = tune("--workers", "1", "--threads", "2", "--fibers", "--step-duration", "1s", "--budget", "52s",
                               "--confirm-duration", "2s", "--slo", "p95=1s", "--success", "99", "--json", app)
       assert_equal 0, status.exitstatus, err
       report = JSON.parse(out)

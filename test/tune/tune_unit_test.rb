@@ -591,8 +591,9 @@ class TuneUnitTest < Minitest::Test
     # Boot, pause, the period, the client timeout (1 s) and overhead.
     one = Tune::Confirm.try_seconds(60.0, slo)
     assert_in_delta 2.0 + 2.0 + 60.0 + 1.0 + 0.5, one
-    # Room for two tries when the budget has it, else one.
-    assert_in_delta one * 2, Tune::Confirm.reserve(600.0, 100.0, 60.0, slo)
+    # Room for three tries when the budget has it, else as many as fit (at least one).
+    assert_in_delta one * 3, Tune::Confirm.reserve(600.0, 100.0, 60.0, slo)
+    assert_in_delta one * 2, Tune::Confirm.reserve(100.0 + (one * 2.5), 100.0, 60.0, slo)
     assert_in_delta one, Tune::Confirm.reserve(200.0, 100.0, 60.0, slo)
   end
 

@@ -85,8 +85,9 @@ module Tsubame
       REFINE_GAP = 0.02
       # Boot, then the server may still be finishing a missed try's queue.
       PAUSE = 2.0
-      # How many tries the budget keeps room for when it can.
-      TRIES = 2
+      # How many tries the budget keeps room for when it can: a miss, a
+      # lower rate that holds, and the halfway try between them.
+      TRIES = 3
 
       # Seconds one try needs at the most.
       def self.try_seconds(duration, slo)
@@ -94,10 +95,10 @@ module Tsubame
       end
 
       # Seconds to keep out of the grid's share of `budget` (which needs
-      # `grid_minimum`): room for TRIES tries when the budget has it.
+      # `grid_minimum`): room for as many tries as fit, from one to TRIES.
       def self.reserve(budget, grid_minimum, duration, slo)
         one = try_seconds(duration, slo)
-        budget - grid_minimum >= one * TRIES ? one * TRIES : one
+        one * ((budget - grid_minimum) / one).floor.clamp(1, TRIES)
       end
 
       def initialize(options, bench:, dir:, progress:, stepper: Stepper.new(options.slo))
