@@ -8,7 +8,9 @@ use crate::rack_env;
 use crate::stream::Stream;
 use bytes::Bytes;
 use magnus::value::{Opaque, ReprValue};
-use magnus::{gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RModule, RString, Ruby, Value};
+use magnus::{
+    gc::Marker, prelude::*, typed_data::DataTypeFunctions, Error, RArray, RHash, RModule, RString, Ruby, Value,
+};
 use std::cell::{Cell, RefCell};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
