@@ -25,7 +25,7 @@
 # confirmation) is the best rate, and the replayed rate should be >= 85%
 # of it.
 #
-#   ruby benchmarks/tune_replay.rb                        # everything: about 40 min per shape
+#   ruby benchmarks/tune_replay.rb                        # everything: 30-35 min per shape
 #   RUNS=3 DURATION=60 SHAPES=seed001 ruby benchmarks/tune_replay.rb
 #
 # Other settings: BUDGET=10m (tune's default; 6m left no time for a third confirmation try), CONFIRM=60s, WORKERS=1,2
