@@ -26,20 +26,35 @@ class RackHijackTest < Minitest::Test
         io.close
         [-1, {}, []]
       when "/full-turns"
-        # 200 non-blocking writes beside a thread that counts its turns at
-        # the GVL (it passes after each): how many turns it got while the
-        # writes ran says whether each write gave the GVL up.
+        # Non-blocking writes for 50 ms beside a plain thread that counts
+        # its turns at the GVL (it passes after each): the writer passes
+        # about once a millisecond, not after every write.
         io = env["rack.hijack"].call
         turns = 0
         counter = Thread.new { loop { turns += 1; Thread.pass } }
         sleep 0.01
         before = turns
-        200.times { io.write_nonblock("x", exception: false) }
+        writes = 0
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.05
+        while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+          io.write_nonblock(writes < 200 ? "x" : "", exception: false)
+          writes += 1
+        end
         during = turns - before
         counter.kill.join
-        io.write(" turns=#{during}")
+        io.write(" writes=#{writes} turns=#{during}")
         io.close
         [-1, {}, []]
+      when "/full-hold"
+        # Holds the GVL for 1.5 s, writing without blocking, as
+        # ActionCable's threads do through a long broadcast.
+        io = env["rack.hijack"].call
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1.5
+        io.write_nonblock("y", exception: false) while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+        io.close
+        [-1, {}, []]
+      when "/quick"
+        [200, { "content-type" => "text/plain" }, ["quick"]]
       when "/full-lint"
         io = env["rack.hijack"].call
         log.call("lint hijack_io_set=#{!env["rack.hijack_io"].nil?}")
@@ -110,10 +125,10 @@ class RackHijackTest < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  def serve(&block)
+  def serve(args: [], &block)
     # The app wraps its own -lint paths in Lint; the others return status -1 after a full
     # hijack, check the socket's class, and use the stream's << (Rack 2's Lint wrapper lacks it).
-    with_server(APP, env: { "EVENT_LOG" => @log }, lint: false, &block)
+    with_server(APP, args: args, env: { "EVENT_LOG" => @log }, lint: false, &block)
   end
 
   # The log once it holds every one of `texts` (callbacks may write one
@@ -136,17 +151,44 @@ class RackHijackTest < Minitest::Test
   end
 
   # HijackedSocket: a broadcast written with write_nonblock (ActionCable)
-  # lets a request waiting for the GVL in between its frames; a plain
-  # BasicSocket keeps the GVL through all 200 (about 0 turns).
-  def test_full_hijack_write_nonblock_gives_other_threads_turns
+  # lets other threads have the GVL between its frames, about once a
+  # millisecond when no Tsubame thread is waiting for it.
+  def test_full_hijack_write_nonblock_passes_the_gvl_once_a_millisecond
     serve do |s|
       data, closed = raw_exchange(s, get_bytes("/full-turns"))
       assert closed
       assert_equal "x" * 200, data[0, 200]
-      turns = data[/ turns=(\d+)\z/, 1]&.to_i
+      writes, turns = data.match(/ writes=(\d+) turns=(\d+)\z/)&.captures&.map(&:to_i)
       refute_nil turns, data
-      assert_operator turns, :>=, 150, "the counting thread's turns during 200 write_nonblock calls"
+      # A plain BasicSocket gives no turns in 50 ms (Ruby's time slice is
+      # 100 ms); a pass after every write gave one turn per write.
+      assert_operator turns, :>=, 5, "the counting thread's turns in 50 ms of writes"
+      assert_operator turns, :<=, [writes / 10, 500].min, "#{writes} writes: not a pass after each"
       assert_equal "", s.stderr
+    end
+  end
+
+  # A request that arrives while an app thread holds the GVL writing to a
+  # hijacked socket runs at the next write, not after Ruby's 100 ms slice.
+  def test_requests_get_the_gvl_from_a_thread_writing_to_a_hijacked_socket
+    serve(args: ["-t", "4:4"]) do |s|
+      holder = s.socket
+      holder.write(get_bytes("/full-hold"))
+      sleep 0.2 # the holder is writing
+      http = s.socket
+      latencies = Array.new(20) do
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        http.write(get_bytes("/quick"))
+        reply = +""
+        reply << http.readpartial(4096) until reply.end_with?("quick")
+        Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      end
+      median = latencies.sort[latencies.size / 2]
+      assert_operator median, :<, 0.03, "median of 20 requests while the GVL is held: #{latencies.map { |l| (l * 1000).round(1) }}"
+      assert_equal "", s.stderr
+    ensure
+      http&.close
+      holder&.close
     end
   end
 

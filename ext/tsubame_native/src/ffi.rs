@@ -22,6 +22,7 @@ extern "C" fn run_call<F: FnOnce() -> R, R>(data: *mut c_void) -> *mut c_void {
     if let Some(func) = call.func.take() {
         // A panic must not unwind into Ruby's C frames.
         call.result = Some(catch_unwind(AssertUnwindSafe(func)));
+        crate::gvl_turns::returning();
     }
     std::ptr::null_mut()
 }
@@ -64,6 +65,10 @@ where
         }
         rb_sys::Qnil as rb_sys::VALUE
     });
+    // Back with the GVL (or unwinding with it): `func` ran if it left a result.
+    if call.result.is_some() {
+        crate::gvl_turns::returned();
+    }
     let result = match call.result {
         Some(Ok(value)) => Some(value),
         Some(Err(panic)) => std::panic::resume_unwind(panic),

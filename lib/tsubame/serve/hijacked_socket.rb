@@ -11,12 +11,14 @@ module Tsubame
   # holds it from the first frame to the last, and a plain request waiting
   # for its turn waits for the whole burst (or Ruby's 100 ms time slice).
   # A blocking `write` gives the GVL up around the system call; this gives
-  # other threads the same turn after each non-blocking one. With no other
-  # thread waiting, the pass is a sched_yield(2).
+  # other threads a turn after a non-blocking one: at once when a Tsubame
+  # thread is waiting to take the GVL back (a request ready to run),
+  # otherwise once a millisecond (`Native.pass_gvl?`, gvl_turns.rs), so the
+  # writing threads do not hand the GVL to one another after every frame.
   class HijackedSocket < BasicSocket
     def write_nonblock(buf, exception: true)
       written = super
-      Thread.pass
+      Thread.pass if Native.pass_gvl?
       written
     end
   end
