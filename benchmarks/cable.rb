@@ -19,6 +19,13 @@
 # cluster both workers make some) and the deliveries counted until every
 # client has all of them (time from the first GET to the last delivery);
 # then /ping with wrk again while one client broadcasts 5 times a second.
+# wrk keeps the server saturated (10 connections, each sending its next
+# request on each answer), so its p99 measures throughput as much as
+# latency: any CPU the broadcasts take shows up as queueing. /ping is
+# therefore also offered at a fixed PING_RATE (default 200 req/s, open
+# loop, `tsubame bench -r`: latency counted from when each request was
+# due) without clients and again while the broadcasts flow: the p99 a
+# plain route keeps at a given traffic.
 #
 #   benchmarks/cable.rb
 #   ROUNDS=3 CLIENTS=1000 BROADCASTS=20 SERVERS=tsubame-w2,tsubame-async benchmarks/cable.rb
@@ -38,6 +45,7 @@ CLIENTS = Integer(ENV.fetch("CLIENTS", "1000"))
 BROADCASTS = Integer(ENV.fetch("BROADCASTS", "20"))
 ROUNDS = Integer(ENV.fetch("ROUNDS", "3"))
 WRK_SECONDS = Integer(ENV.fetch("WRK_SECONDS", "8"))
+PING_RATE = Integer(ENV.fetch("PING_RATE", "200"))
 PORT = Integer(ENV.fetch("PORT", "19800"))
 REDIS_PORT = Integer(ENV.fetch("REDIS_PORT", "19879"))
 REDIS_URL = "redis://127.0.0.1:#{REDIS_PORT}/0"
@@ -108,6 +116,21 @@ def wrk(port, seconds: WRK_SECONDS)
   [rps, p99]
 end
 
+# p99 ms of /ping offered at PING_RATE req/s for `seconds` (open loop),
+# or Infinity when not every request was answered 2xx (a median then
+# shows whether most rounds failed).
+def paced_p99(port, seconds: WRK_SECONDS)
+  out, _err, status = Open3.capture3(RbConfig.ruby, File.join(ROOT, "exe/tsubame"), "bench", "-r", PING_RATE.to_s,
+                                     "-d", "#{seconds}s", "-c", "20", "--preconnect", "--timeout", "5s", "--json",
+                                     "http://127.0.0.1:#{port}/ping")
+  return Float::INFINITY unless status.success?
+
+  r = JSON.parse(out)
+  return Float::INFINITY unless r["success"] == r["requests"] + r.fetch("unsent", 0)
+
+  r.dig("latency_ms", "p99").to_f
+end
+
 # The clients process, one JSON line per command.
 class Clients
   def initialize(port)
@@ -154,6 +177,7 @@ def run(name, port)
   sleep 2 # cluster workers: both booted and serving
   wrk(port, seconds: 2) # warm-up: Rails' first requests, both workers
   rps_idle, p99_idle = wrk(port)
+  paced_idle = paced_p99(port)
   clients = Clients.new(port)
   raise "#{name}: #{clients.subscribed.inspect}" unless clients.subscribed["subscribed"] == CLIENTS
 
@@ -163,9 +187,14 @@ def run(name, port)
   sleep 1
   rps_busy, p99_busy = wrk(port)
   pace = clients.read(WRK_SECONDS + 30)
+  clients.send_line("pace 5 #{WRK_SECONDS + 2}")
+  sleep 1
+  paced_busy = paced_p99(port)
+  clients.read(WRK_SECONDS + 30)
   { "delivered" => burst["delivered"], "expected" => burst["expected"], "seconds" => burst["seconds"],
     "pace_delivered" => pace["delivered"], "pace_expected" => pace["expected"],
-    "rps_idle" => rps_idle, "p99_idle" => p99_idle, "rps_busy" => rps_busy, "p99_busy" => p99_busy }
+    "rps_idle" => rps_idle, "p99_idle" => p99_idle, "rps_busy" => rps_busy, "p99_busy" => p99_busy,
+    "paced_p99_idle" => paced_idle, "paced_p99_busy" => paced_busy }
 ensure
   clients&.close
   if pid
@@ -207,18 +236,20 @@ ensure
 end
 
 puts "CLIENTS=#{CLIENTS} BROADCASTS=#{BROADCASTS} ROUNDS=#{ROUNDS} benchmarks/cable.rb (medians; load #{File.read('/proc/loadavg').split.first})"
-puts format("%-17s %11s %10s %12s %9s %12s %9s %13s", "server", "delivered", "last s", "ping idle/s", "p99 ms",
-            "ping busy/s", "p99 ms", "paced deliv.")
+puts format("%-17s %11s %10s %12s %9s %12s %9s %13s %10s %10s", "server", "delivered", "last s", "ping idle/s",
+            "p99 ms", "ping busy/s", "p99 ms", "paced deliv.", "@#{PING_RATE} idle", "@#{PING_RATE} busy")
 medians = NAMES.to_h do |name|
   rows = results[name]
-  keys = %w[delivered expected seconds rps_idle p99_idle rps_busy p99_busy pace_delivered pace_expected]
+  keys = %w[delivered expected seconds rps_idle p99_idle rps_busy p99_busy pace_delivered pace_expected
+            paced_p99_idle paced_p99_busy]
   m = keys.to_h { |k| [k, median(rows.map { |r| r[k] })] }
   # Paced: the broadcasts made in the time vary (a slow GET delays the
   # next), so the medians of delivered and expected may come from
   # different rounds.
-  puts format("%-17s %5d/%-5d %10.3f %12.0f %9.2f %12.0f %9.2f %6d/%-6d", name, m["delivered"], m["expected"],
-              m["seconds"], m["rps_idle"], m["p99_idle"], m["rps_busy"], m["p99_busy"], m["pace_delivered"],
-              m["pace_expected"])
+  puts format("%-17s %5d/%-5d %10.3f %12.0f %9.2f %12.0f %9.2f %6d/%-6d %10.2f %10.2f", name, m["delivered"],
+              m["expected"], m["seconds"], m["rps_idle"], m["p99_idle"], m["rps_busy"], m["p99_busy"],
+              m["pace_delivered"], m["pace_expected"], m["paced_p99_idle"] || Float::NAN,
+              m["paced_p99_busy"] || Float::NAN)
   [name, m]
 end
 
@@ -235,4 +266,8 @@ ratio.call("/ping req/s while broadcasting", "tsubame-w2", "puma-w2-redis", "rps
 NAMES.each do |name|
   m = medians[name]
   puts format("%-52s %.2f", "/ping p99 with clients / without: #{name}", m["p99_busy"] / m["p99_idle"]) if m["p99_idle"]&.positive?
+  if m["paced_p99_idle"]&.positive? && m["paced_p99_busy"]
+    puts format("%-52s %.2f", "/ping p99 at #{PING_RATE}/s with clients / without: #{name}",
+                m["paced_p99_busy"] / m["paced_p99_idle"])
+  end
 end
