@@ -230,26 +230,27 @@ fleet: deps build
 	PEER=$${PEER:-tsubame} RATE=$${RATE:-2000} THREADS=$${THREADS:-32} STEADY=$${STEADY:-30} \
 	  OVERLOAD_S=$${OVERLOAD_S:-0} MAX_P99_RATIO=$${MAX_P99_RATIO:-3} benchmarks/fleet.sh
 
+# $(call go_install,TARGET,PROGRAM,MODULE@VERSION): go install MODULE into
+# GOPATH/bin once, unless PROGRAM is there or on PATH already.
+define go_install
+	@command -v go >/dev/null || { echo "$(1): go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
+	@gobin="$$(go env GOPATH)/bin"; \
+	if [ ! -x "$$gobin/$(2)" ] && ! command -v $(2) >/dev/null; then \
+	  echo "$(1): go install $(3)"; \
+	  go install $(3); \
+	fi
+endef
+
 # h2spec is a Go program: installed into GOPATH/bin once, with go install.
 # test/h2/h2spec_test.rb finds it there (or through $$H2SPEC / PATH).
 H2SPEC_VERSION := latest
 h2spec-install: deps
-	@command -v go >/dev/null || { echo "h2spec-install: go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
-	@gobin="$$(go env GOPATH)/bin"; \
-	if [ ! -x "$$gobin/h2spec" ] && ! command -v h2spec >/dev/null; then \
-	  echo "h2spec-install: go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION)"; \
-	  go install github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION); \
-	fi
+	$(call go_install,h2spec-install,h2spec,github.com/summerwind/h2spec/cmd/h2spec@$(H2SPEC_VERSION))
 
 # vegeta: the independent open-loop client of benchmarks/tune_replay.rb.
 VEGETA_VERSION := v12.13.0
 bench-tune-replay: deps build
-	@command -v go >/dev/null || { echo "bench-tune-replay: go not found (the machine image has it in /usr/local/go/bin)" >&2; exit 1; }
-	@gobin="$$(go env GOPATH)/bin"; \
-	if [ ! -x "$$gobin/vegeta" ]; then \
-	  echo "bench-tune-replay: go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION)"; \
-	  go install github.com/tsenart/vegeta/v12@$(VEGETA_VERSION); \
-	fi
+	$(call go_install,bench-tune-replay,vegeta,github.com/tsenart/vegeta/v12@$(VEGETA_VERSION))
 	ruby benchmarks/tune_replay.rb
 
 h2spec: build h2spec-install

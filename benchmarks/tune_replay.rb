@@ -71,10 +71,18 @@ def independent_client
   CLIENT == "k6" ? k6_path : vegeta_path
 end
 
-# Looked up before each run: a `go install go.k6.io/k6@latest` still
-# building when the script starts is used once it is done.
+# A Go client: $ENV_NAME, else GOPATH's bin (~/go/bin), else PATH, as
+# `make bench-tune-replay` installs it. Looked up before each run: a `go
+# install` still building when the script starts is used once it is done.
+def go_program(name, env_name)
+  ENV.fetch(env_name) do
+    dirs = [File.expand_path("~/go/bin"), *ENV.fetch("PATH", "").split(File::PATH_SEPARATOR)]
+    dirs.map { |dir| File.join(dir, name) }.find { |path| File.executable?(path) }
+  end
+end
+
 def k6_path
-  ENV.fetch("K6") { [File.expand_path("~/go/bin/k6"), "/usr/local/bin/k6", "/usr/bin/k6"].find { |p| File.executable?(p) } }
+  go_program("k6", "K6")
 end
 
 def load_average
@@ -143,7 +151,7 @@ K6_SCRIPT = <<~JS
 JS
 
 def vegeta_path
-  ENV.fetch("VEGETA") { [File.expand_path("~/go/bin/vegeta"), "/usr/local/bin/vegeta", "/usr/bin/vegeta"].find { |p| File.executable?(p) } }
+  go_program("vegeta", "VEGETA")
 end
 
 # vegeta (`go install github.com/tsenart/vegeta/v12@v12.13.0`): requests

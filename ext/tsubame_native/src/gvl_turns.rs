@@ -39,11 +39,13 @@ pub fn returned() {
 /// the GVL now (a Tsubame thread waits for it, or the caller has not
 /// passed for `MAX_HOLD`); counts a true answer as a pass.
 pub fn pass_due() -> bool {
-    let now = Instant::now();
-    let due = RETURNING.load(Ordering::Relaxed) > 0
-        || LAST_PASS.with(|last| last.get().is_none_or(|at| now.duration_since(at) >= MAX_HOLD));
-    if due {
-        LAST_PASS.with(|last| last.set(Some(now)));
-    }
-    due
+    LAST_PASS.with(|last| {
+        let now = Instant::now();
+        let due =
+            RETURNING.load(Ordering::Relaxed) > 0 || last.get().is_none_or(|at| now.duration_since(at) >= MAX_HOLD);
+        if due {
+            last.set(Some(now));
+        }
+        due
+    })
 }
