@@ -12,8 +12,8 @@
 # setting and replays its recommended operating rate (REPLAY=confirmed:
 # the confirmed max rate) RUNS times for DURATION seconds with `tsubame
 # bench` and, if found, an independent open-loop client: vegeta
-# (~/go/bin/vegeta or VEGETA=path; constant rate), or k6 with CLIENT=k6
-# (constant-arrival-rate, ~/go/bin/k6 or K6=path; its JavaScript VUs take
+# (VEGETA=path, ~/go/bin/vegeta or PATH; constant rate), or k6 with CLIENT=k6
+# (constant-arrival-rate, K6=path, ~/go/bin/k6 or PATH; its JavaScript VUs take
 # a good part of a core at a few hundred requests a second, which a
 # CPU-bound server on 2 shared cores then lacks), counting the runs that
 # meet the SLO (p95 <= 200 ms, >= 99.9% of the requests due answered 2xx:
