@@ -211,6 +211,10 @@ module Tsubame
               "Readiness stays busy this long after (default #{defaults[:readiness_hold]})") do |s|
         @options.set(:readiness_hold, s, layer: LAYER)
       end
+      opts.on("--inline MODE", "The one app thread also drives the connections: on, off or auto " \
+                                "(default auto: on with one app thread, one I/O thread, no fibers)") do |s|
+        @options.set(:inline, { "on" => true, "off" => false }.fetch(s, s), layer: LAYER)
+      end
       opts.on("--handoff-spin SECONDS",
               "A thread out of work stays awake this long for the next hand-off; 0 is off " \
               "(default #{defaults[:handoff_spin]})") do |s|

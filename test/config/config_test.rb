@@ -35,7 +35,7 @@ class ConfigTest < Minitest::Test
     retry_after: 1,
     health_check_path: nil,
     readiness_check_path: nil,
-    upload_memory: 67_108_864, readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 0.5, handoff_spin: 0.00005,
+    upload_memory: 67_108_864, readiness_queue_threshold: nil, readiness_queue_wait: 0.25, readiness_hold: 0.5, handoff_spin: 0.00005, inline: :auto,
     fiber_scheduler: false, fiber_paths: [], fiber_threads: 1, max_fibers: 10_000,
     http2: true,
     tls_ticket_rotation: 3600.0,
@@ -326,6 +326,7 @@ class ConfigTest < Minitest::Test
       readiness_hold 2
       shutdown_delay 5
       handoff_spin 0
+      inline false
       fiber_scheduler
       fiber_paths "/io/", %r{\\A/api/\\d+}i
       fiber_paths "/more/"
@@ -366,7 +367,7 @@ class ConfigTest < Minitest::Test
         request_timeout: 15.0, request_timeout_grace: 3.0, queue_timeout: nil, max_queue: 64,
         max_connections: 500, max_spooled_uploads: 4, upload_memory: 1_000_000, retry_after: 2, health_check_path: "/up",
         readiness_check_path: "/ready", readiness_queue_threshold: 3, readiness_queue_wait: 0.5, readiness_hold: 2.0,
-        handoff_spin: 0.0, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
+        handoff_spin: 0.0, inline: false, fiber_scheduler: true, fiber_paths: ["/io/", %r{\A/api/\d+}i, "/more/"], fiber_threads: 2, max_fibers: 500,
         http2: false, tls_ticket_rotation: 600.0, h2c: true,
         h2_max_concurrent_streams: 10, h2_initial_window_size: 100_000, h2_initial_connection_window_size: 200_000,
         trust_forwarded_proto: true, proxy_protocol: nil, remote_address_header: "X-Real-IP", remote_address_value: nil,

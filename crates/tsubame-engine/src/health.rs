@@ -72,7 +72,7 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
             "\"connections\":{},\"workers\":0,\"draining\":{},\"requests_total\":{},",
             "\"timed_out\":{},\"stuck_threads\":{},\"read_timeouts\":{},\"proxy_refused\":{},\"shed\":{{\"queue_full\":{},\"queue_timeout\":{},",
             "\"request_timeout\":{},\"connection_limit\":{},\"upload_limit\":{},\"fiber_limit\":{}}},",
-            "\"fibers\":{{\"queued\":{},\"running\":{}}},",
+            "\"fibers\":{{\"queued\":{},\"running\":{}}},\"inline\":{},\"inline_takeovers\":{},",
             "\"queue_wait_ms\":{{\"p50\":{:.3},\"p99\":{:.3}}}}}\n"
         ),
         state,
@@ -94,6 +94,8 @@ pub(crate) fn status_json(shared: &Shared, state: &str) -> String {
         stats.shed_fibers,
         shared.fibers.len(),
         shared.fibers.running(),
+        shared.opts.inline_active().unwrap_or(false),
+        stats.inline_takeovers,
         ms(0.5),
         ms(0.99),
     );

@@ -79,6 +79,8 @@ pub struct EngineOptions {
     /// I/O thread waiting for the app's reply (when every connection waits
     /// on the app). Zero turns it off.
     pub handoff_spin: Duration,
+    /// Whether the app thread also drives the I/O (`inline.rs`).
+    pub inline: InlineMode,
     /// Fiber mode: requests `fiber_paths` selects (all of them when it is
     /// empty) go to the fiber queue, run by `fiber_threads` Ruby threads.
     pub fiber_scheduler: bool,
@@ -187,6 +189,7 @@ impl Default for EngineOptions {
             readiness_queue_wait: Duration::from_millis(250),
             readiness_hold: Duration::from_millis(500),
             handoff_spin: Duration::from_micros(50),
+            inline: InlineMode::Auto,
             fiber_scheduler: false,
             fiber_paths: Vec::new(),
             fiber_threads: 1,
@@ -231,5 +234,73 @@ impl Default for EngineOptions {
             http_methods: Default::default(),
             allow_underscore_headers: true,
         }
+    }
+}
+
+/// `inline`: whether the one app thread also drives the connections
+/// (`inline.rs`), or hands every request across to the I/O thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InlineMode {
+    /// On where it applies: one app thread, one I/O thread, no fibers.
+    Auto,
+    On,
+    Off,
+}
+
+/// Why `inline true` cannot be had with the rest of the options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineConflict(pub &'static str);
+
+impl std::fmt::Display for InlineConflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "inline needs {}", self.0)
+    }
+}
+
+impl EngineOptions {
+    /// Whether the engine runs inline, or why `inline true` cannot.
+    pub fn inline_active(&self) -> Result<bool, InlineConflict> {
+        let conflict = if self.threads_max != 1 {
+            Some("threads_max 1 (one app thread drives the I/O while it has no request)")
+        } else if self.io_threads != 1 {
+            Some("io_threads 1 (its one runtime has one driver at a time)")
+        } else if self.fiber_scheduler {
+            Some("fiber_scheduler off (fiber loops take requests from their own queue)")
+        } else {
+            None
+        };
+        match (self.inline, conflict) {
+            (InlineMode::Off, _) => Ok(false),
+            (InlineMode::Auto, conflict) => Ok(conflict.is_none()),
+            (InlineMode::On, None) => Ok(true),
+            (InlineMode::On, Some(why)) => Err(InlineConflict(why)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod inline_tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_on_for_one_app_thread_only() {
+        let mut opts = EngineOptions {
+            threads_min: 1,
+            threads_max: 1,
+            ..EngineOptions::default()
+        };
+        assert_eq!(opts.inline_active(), Ok(true));
+        opts.threads_max = 5;
+        assert_eq!(opts.inline_active(), Ok(false));
+        opts.inline = InlineMode::On;
+        assert!(opts
+            .inline_active()
+            .is_err_and(|e| e.to_string().contains("threads_max 1")));
+        opts.inline = InlineMode::Off;
+        opts.threads_max = 1;
+        assert_eq!(opts.inline_active(), Ok(false));
+        opts.inline = InlineMode::Auto;
+        opts.fiber_scheduler = true;
+        assert_eq!(opts.inline_active(), Ok(false));
     }
 }

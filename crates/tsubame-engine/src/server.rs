@@ -52,6 +52,8 @@ pub struct Engine {
     /// Every TLS listener's live configuration, for `reload_tls`.
     tls: Vec<Arc<TlsListener>>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// Inline mode's runtime and baton (`inline.rs`), when on.
+    inline: std::sync::OnceLock<Arc<crate::inline::Inline>>,
     lifecycle: Mutex<Lifecycle>,
     stopped: Condvar,
 }
@@ -71,6 +73,10 @@ impl Engine {
     /// Binds every listener now, so a bad bind fails the boot before any
     /// thread starts, and the real addresses can be printed.
     pub fn bind(opts: EngineOptions) -> Result<Engine, BindError> {
+        opts.inline_active().map_err(|e| BindError::Invalid {
+            uri: "inline".to_string(),
+            reason: e.to_string(),
+        })?;
         let mut listeners = Vec::new();
         let proxy = match opts.proxy_protocol.as_deref() {
             None => None,
@@ -122,6 +128,7 @@ impl Engine {
             addresses,
             tls,
             runtime: Mutex::new(None),
+            inline: std::sync::OnceLock::new(),
             lifecycle: Mutex::new(Lifecycle::default()),
             stopped: Condvar::new(),
         })
@@ -202,6 +209,10 @@ impl Engine {
     /// For work that must happen on the thread that owns something, such
     /// as a thread-local allocator cache.
     pub fn on_io_threads(&self, f: fn()) {
+        if let Some(inline) = self.inline.get() {
+            inline.spawn(async move { f() });
+            return;
+        }
         let guard = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(runtime) = guard.as_ref() {
             for _ in 0..self.shared.opts.io_threads.max(1) {
@@ -231,16 +242,21 @@ impl Engine {
             }
             life.started = true;
         }
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.shared.opts.io_threads.max(1))
-            .thread_name("tsubame-io")
-            .on_thread_start(block_signals)
-            .on_thread_park({
-                let shared = self.shared.clone();
-                move || spin_before_park(&shared)
-            })
-            .enable_all()
-            .build()?;
+        let inline = self.shared.opts.inline_active().unwrap_or(false);
+        let runtime = if inline {
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(self.shared.opts.io_threads.max(1))
+                .thread_name("tsubame-io")
+                .on_thread_start(block_signals)
+                .on_thread_park({
+                    let shared = self.shared.clone();
+                    move || spin_before_park(&shared)
+                })
+                .enable_all()
+                .build()?
+        };
         let listeners = std::mem::take(&mut *self.listeners.lock().unwrap_or_else(|e| e.into_inner()));
         for bound in listeners {
             let info = Arc::new(ListenerInfo {
@@ -281,6 +297,16 @@ impl Engine {
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
         runtime.spawn(watch_queue(self.shared.clone()));
+        if inline {
+            let inline = crate::inline::Inline::new(runtime, self.shared.clone(), self.shared.opts.handoff_spin);
+            let keeper = inline.clone();
+            std::thread::Builder::new().name("tsubame-io".into()).spawn(move || {
+                block_signals();
+                keeper.keep();
+            })?;
+            let _ = self.inline.set(inline);
+            return Ok(());
+        }
         *self.runtime.lock().unwrap_or_else(|e| e.into_inner()) = Some(runtime);
         Ok(())
     }
@@ -386,7 +412,15 @@ impl Engine {
         self.stopped.notify_all();
     }
 
+    /// Inline mode's runtime, when on.
+    pub fn inline(&self) -> Option<&Arc<crate::inline::Inline>> {
+        self.inline.get()
+    }
+
     fn shutdown_runtime(&self) {
+        if let Some(inline) = self.inline.get() {
+            inline.shutdown(Duration::from_secs(1));
+        }
         let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(runtime) = runtime {
             runtime.shutdown_timeout(Duration::from_secs(1));

@@ -39,6 +39,9 @@ pub struct Stats {
     /// Connections closed on a PROXY-protocol bind for a missing, malformed
     /// or late header (or one of the other version).
     pub proxy_refused: AtomicU64,
+    /// Inline mode: turns the I/O thread drove because the app thread was
+    /// busy (`inline.rs`).
+    pub inline_takeovers: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,7 @@ pub struct StatsSnapshot {
     pub shed_fibers: u64,
     pub stuck_threads: u64,
     pub proxy_refused: u64,
+    pub inline_takeovers: u64,
     pub backlog: u64,
 }
 
@@ -103,6 +107,7 @@ impl Stats {
             shed_fibers: get(&self.shed_fibers),
             stuck_threads: get(&self.stuck_threads),
             proxy_refused: get(&self.proxy_refused),
+            inline_takeovers: get(&self.inline_takeovers),
             backlog: backlog as u64,
         }
     }

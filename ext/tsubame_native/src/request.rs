@@ -40,6 +40,7 @@ pub struct Request {
     seq: u64,
     state: Arc<JobState>,
     received_at: Instant,
+    inline: Option<Arc<tsubame_engine::inline::Inline>>,
 }
 
 impl DataTypeFunctions for Request {
@@ -59,7 +60,7 @@ fn already_answered(ruby: &Ruby) -> Error {
 }
 
 impl Request {
-    pub fn new(job: Job) -> Request {
+    pub fn new(job: Job, inline: Option<Arc<tsubame_engine::inline::Inline>>) -> Request {
         Request {
             head: job.head,
             conn: job.conn,
@@ -71,6 +72,7 @@ impl Request {
             seq: job.seq,
             state: job.state,
             received_at: job.received_at,
+            inline,
         }
     }
 
@@ -118,10 +120,45 @@ impl Request {
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
         let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
+        // Inline: a whole response can wait for the thread's next drive;
+        // anything else (a stream's head, a hijack, an upgrade, early
+        // hints) is followed by more from this thread, or by a wait for
+        // the connection's answer, so it goes out at once.
+        let now = !matches!(reply, Reply::Full { .. } | Reply::File { .. } | Reply::Shed(_));
         // A closed receiver means the engine already dropped the connection
         // (a stop that timed out); nothing is left to tell.
-        let _ = sender.send(reply);
-        Ok(())
+        let send = move || {
+            let _ = sender.send(reply);
+        };
+        match &self.inline {
+            Some(inline) if now || inline.drive_due() => {
+                // The turn of the runtime runs other connections' tasks
+                // too: without the GVL, so other Ruby threads run meanwhile.
+                let mut send = Some(send);
+                let (_, raised) = without_gvl(
+                    || {
+                        if let Some(send) = send.take() {
+                            inline.pass(true, send);
+                        }
+                    },
+                    || {},
+                );
+                // Ruby had an interrupt pending and never ran the closure:
+                // the reply still goes, the plain way.
+                if let Some(send) = send.take() {
+                    send();
+                }
+                raised
+            }
+            Some(inline) => {
+                inline.pass(false, send);
+                Ok(())
+            }
+            None => {
+                send();
+                Ok(())
+            }
+        }
     }
 
     /// Sends the response if it can be sent whole (an Array body, a file
@@ -284,17 +321,15 @@ impl Request {
         add_headers(ruby, &mut head, headers)?;
         let finished = head.finish_hijacked();
         let (tx, rx) = oneshot::channel();
-        let sender = rb_self
-            .reply
-            .borrow_mut()
-            .take()
-            .ok_or_else(|| already_answered(ruby))?;
         // A closed receiver: the connection is gone; the final response
         // will find out the same way.
-        let _ = sender.send(Reply::Interim {
-            head: Bytes::from(finished.bytes),
-            next: rx,
-        });
+        rb_self.send(
+            ruby,
+            Reply::Interim {
+                head: Bytes::from(finished.bytes),
+                next: rx,
+            },
+        )?;
         *rb_self.reply.borrow_mut() = Some(tx);
         Ok(())
     }

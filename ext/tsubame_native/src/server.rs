@@ -13,7 +13,7 @@ use tsubame_engine::dispatch::remote_addr::{default_trusted, Cidr, RemoteAddress
 use tsubame_engine::dispatch::timeouts::NextTimeout;
 use tsubame_engine::message::methods::MethodPolicy;
 use tsubame_engine::server::StopOutcome;
-use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, Pop};
+use tsubame_engine::{Engine, EngineOptions, FiberPath, FiberQueue, InlineMode, Pop};
 
 thread_local! {
     /// When this Ruby thread (1:1 with an OS thread in Ruby 3.1) took the
@@ -65,6 +65,7 @@ const OPTION_KEYS: &[&str] = &[
     "readiness_queue_wait",
     "readiness_hold",
     "handoff_spin",
+    "inline",
     "fiber_scheduler",
     "fiber_paths",
     "fiber_threads",
@@ -133,6 +134,20 @@ impl OptionReader<'_> {
             None => Ok(default),
             Some(v) if v.is_nil() || v.is_kind_of(self.ruby.class_false_class()) => Ok(None),
             Some(_) => self.get(key),
+        }
+    }
+
+    /// `inline`: true, false, or :auto.
+    fn inline_mode(&self, key: &str, default: InlineMode) -> Result<InlineMode, Error> {
+        match self.hash.get(self.ruby.to_symbol(key)) {
+            None => Ok(default),
+            Some(v) if v.is_kind_of(self.ruby.class_true_class()) => Ok(InlineMode::On),
+            Some(v) if v.is_kind_of(self.ruby.class_false_class()) => Ok(InlineMode::Off),
+            Some(v) if v.to_string() == "auto" => Ok(InlineMode::Auto),
+            Some(v) => Err(Error::new(
+                self.ruby.exception_arg_error(),
+                format!("option {key}: must be true, false or :auto, got {v}"),
+            )),
         }
     }
 
@@ -206,6 +221,7 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         readiness_queue_wait: r.seconds("readiness_queue_wait", d.readiness_queue_wait)?,
         readiness_hold: r.seconds("readiness_hold", d.readiness_hold)?,
         handoff_spin: r.seconds("handoff_spin", d.handoff_spin)?,
+        inline: r.inline_mode("inline", d.inline)?,
         fiber_scheduler: r.get("fiber_scheduler")?.unwrap_or(d.fiber_scheduler),
         fiber_paths: match r.get::<RArray>("fiber_paths")? {
             None => d.fiber_paths,
@@ -340,7 +356,7 @@ impl Server {
     /// The fiber loop waits in its Selector, which the queue wakes.
     pub fn next_fiber_request(ruby: &Ruby, rb_self: &Self) -> Value {
         match rb_self.engine.fibers().try_pop() {
-            Pop::Job(job) => ruby.obj_wrap(Request::new(*job)).as_value(),
+            Pop::Job(job) => ruby.obj_wrap(Request::new(*job, None)).as_value(),
             Pop::Closed => ruby.qfalse().as_value(),
             Pop::Empty | Pop::Interrupted => ruby.qnil().as_value(),
         }
@@ -390,8 +406,13 @@ impl Server {
             let pop = match first.take().unwrap_or_else(|| queue.try_pop()) {
                 Pop::Empty => {
                     let interrupted = AtomicBool::new(false);
+                    let inline = rb_self.engine.inline();
                     let (popped, raised) = without_gvl(
-                        || queue.pop_wait(&interrupted),
+                        || {
+                            inline
+                                .and_then(|inline| inline.drive_for_job(&interrupted))
+                                .unwrap_or_else(|| queue.pop_wait(&interrupted))
+                        },
                         || {
                             interrupted.store(true, Ordering::Release);
                             queue.wake_all();
@@ -412,7 +433,7 @@ impl Server {
             match pop {
                 Pop::Job(job) => {
                     HOLDING_JOB.with(|h| h.set(Some(Instant::now())));
-                    return Ok(Some(Request::new(*job)));
+                    return Ok(Some(Request::new(*job, rb_self.engine.inline().cloned())));
                 }
                 Pop::Closed => return Ok(None),
                 Pop::Interrupted | Pop::Empty => ruby.thread_check_ints()?,
@@ -453,6 +474,8 @@ impl Server {
         hash.aset("timed_out", s.shed_request_timeout)?;
         hash.aset("stuck_threads", s.stuck_threads)?;
         hash.aset("proxy_refused", s.proxy_refused)?;
+        hash.aset("inline", rb_self.engine.inline().is_some())?;
+        hash.aset("inline_takeovers", s.inline_takeovers)?;
         let shed = ruby.hash_new();
         shed.aset("queue_full", s.shed_queue_full)?;
         shed.aset("queue_timeout", s.shed_queue_timeout)?;

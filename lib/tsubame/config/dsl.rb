@@ -371,6 +371,12 @@ module Tsubame
       set(:handoff_spin, seconds)
     end
 
+    # true, false or :auto (the default): whether the one app thread also
+    # drives the connections (docs/ARCHITECTURE.md, "Inline").
+    def inline(mode = true)
+      set(:inline, mode)
+    end
+
     # rack.upgrade (engine-held WebSockets and SSE, docs/WEBSOCKETS.md): the
     # threads that run the handlers' callbacks, and the engine's limits.
     def upgrade_threads(count)

@@ -54,6 +54,8 @@ module Tsubame
       readiness_hold: 0.5,
       shutdown_delay: 0.0,
       handoff_spin: 0.00005,
+      # :auto is on when it applies: one app thread, one I/O thread, no fibers.
+      inline: :auto,
       fiber_scheduler: false,
       fiber_paths: [].freeze,
       fiber_threads: 1,
@@ -194,7 +196,7 @@ module Tsubame
       log_requests tcp_nodelay request_timeout request_timeout_grace
       queue_timeout max_queue max_connections max_spooled_uploads upload_memory retry_after
       health_check_path readiness_check_path readiness_queue_threshold
-      readiness_queue_wait readiness_hold handoff_spin fiber_scheduler fiber_paths fiber_threads max_fibers
+      readiness_queue_wait readiness_hold handoff_spin inline fiber_scheduler fiber_paths fiber_threads max_fibers
       http2 tls_ticket_rotation h2c h2_max_concurrent_streams h2_initial_window_size
       h2_initial_connection_window_size trust_forwarded_proto
       proxy_protocol remote_address_header remote_address_value trusted_proxies
@@ -238,6 +240,7 @@ module Tsubame
       readiness_hold: :seconds,
       shutdown_delay: :seconds,
       handoff_spin: :seconds,
+      inline: :inline_mode,
       fiber_scheduler: :boolean,
       fiber_paths: :fiber_paths,
       fiber_threads: :positive_integer,
@@ -508,6 +511,7 @@ module Tsubame
       when :optional_url_scheme then value.nil? ? nil : url_scheme(key, value)
       when :optional_file_mode then value.nil? ? nil : integer(key, value, 0, "a file mode such as 0640")
       when :culling_strategy then culling_strategy(key, value)
+      when :inline_mode then inline_mode(key, value)
       when :shutdown_debug then [true, false, :on_force].include?(value) ? value : boolean(key, value)
       end
     end
@@ -783,6 +787,13 @@ module Tsubame
       raise ArgumentError
     rescue ArgumentError, TypeError
       raise ConfigError, "#{key} must be a non-negative number of seconds (got #{value.inspect})"
+    end
+
+    def inline_mode(key, value)
+      return :auto if [:auto, "auto"].include?(value)
+      return value if [true, false].include?(value)
+
+      raise ConfigError, "#{key} must be true, false or :auto (got #{value.inspect})"
     end
 
     def boolean(key, value)

@@ -94,6 +94,9 @@ struct State {
     /// A thread is spinning in `pop_wait` before it sleeps: it will see a
     /// job pushed meanwhile, so the push need not wake anyone.
     spinning: bool,
+    /// Inline mode: the idle Ruby thread driving the runtime until a job
+    /// comes (`try_pop_or_register`); a push wakes it first.
+    driver: Option<std::task::Waker>,
 }
 
 /// What `push` did about waking an application thread.
@@ -237,6 +240,11 @@ impl JobQueue {
         job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
         self.count_outstanding(&state);
+        if let Some(driver) = state.driver.take() {
+            drop(state);
+            driver.wake();
+            return Ok(Pushed::Done);
+        }
         // A spinning thread takes one job: the first one queued. A second
         // job pushed during the same spin needs a waiter (or the watcher)
         // like any other, or it would wait for the spinner's request to
@@ -379,15 +387,50 @@ impl JobQueue {
     /// Taking the lock first means a waiter between its flag check and its
     /// wait cannot miss the wake-up.
     pub fn wake_all(&self) {
-        drop(self.lock());
+        let driver = self.lock().driver.take();
         self.ready.notify_all();
+        if let Some(driver) = driver {
+            driver.wake();
+        }
+    }
+
+    /// Inline mode: a job if one is queued (or the queue's end, or the
+    /// interrupt), else registers `waker` to be woken by the next push.
+    /// Checked and registered under the lock, so no wake is lost.
+    pub fn try_pop_or_register(&self, waker: &std::task::Waker, interrupted: &AtomicBool) -> Option<Pop> {
+        let mut state = self.lock();
+        match self.try_pop_locked(&mut state) {
+            Pop::Empty if interrupted.load(Ordering::Acquire) => Some(Pop::Interrupted),
+            Pop::Empty => {
+                state.driver = Some(waker.clone());
+                None
+            }
+            other => Some(other),
+        }
+    }
+
+    /// An idle Ruby thread is driving the runtime, waiting for a job.
+    pub fn driver_parked(&self) -> bool {
+        self.lock().driver.is_some()
+    }
+
+    /// The driver left the runtime: a push must not count on its waker.
+    pub fn clear_driver(&self) {
+        self.lock().driver = None;
     }
 
     /// Queued jobs are still handed out; once they are gone, poppers get
     /// `Closed`.
     pub fn close(&self) {
-        self.lock().backlog.closed = true;
+        let driver = {
+            let mut state = self.lock();
+            state.backlog.closed = true;
+            state.driver.take()
+        };
         self.ready.notify_all();
+        if let Some(driver) = driver {
+            driver.wake();
+        }
     }
 
     /// Closes and takes every queued job, for a stop that ran out of time.
@@ -395,8 +438,12 @@ impl JobQueue {
         let mut state = self.lock();
         let jobs = state.backlog.close_and_drain();
         self.count_outstanding(&state);
+        let driver = state.driver.take();
         drop(state);
         self.ready.notify_all();
+        if let Some(driver) = driver {
+            driver.wake();
+        }
         jobs
     }
 
@@ -416,7 +463,7 @@ impl JobQueue {
     /// should have (see `net/accept.rs`).
     pub fn waiting(&self) -> usize {
         let state = self.lock();
-        state.waiting.saturating_sub(state.woken) + usize::from(state.spinning)
+        state.waiting.saturating_sub(state.woken) + usize::from(state.spinning) + usize::from(state.driver.is_some())
     }
 
     /// See `Backlog::waited`.

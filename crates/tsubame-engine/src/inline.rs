@@ -1,0 +1,293 @@
+//! Inline mode: with one app thread, that thread also drives the
+//! connections, as Iodine runs its app on its I/O thread, so a request
+//! crosses no thread on its way in or out.
+//!
+//! The engine runs on one `current_thread` runtime that whichever thread
+//! holds the baton drives (`Runtime::block_on`; tokio lets several threads
+//! call it, one at a time does the work):
+//! - the app thread, when it has no request, drives until one is queued
+//!   (`drive_for_job`): it reads, parses and queues requests itself, and a
+//!   push from a task it polls wakes it with no system call;
+//! - the app thread, when it answers, sends the reply from inside the
+//!   runtime (`pass`), so the connection task it wakes is queued locally
+//!   instead of waking another thread; the reply is written at its next
+//!   drive, together with every other one ready by then (a burst of writes
+//!   wakes the client once, not once per reply), or at once when the last
+//!   drive was `DRIVE_EVERY` ago, so a slow app does not hold replies back;
+//! - the keeper thread (`tsubame-io`) drives when no app thread has for
+//!   `TAKEOVER`, so health probes are answered, deadlines enforced, slow
+//!   uploads read and streams written while the app thread is busy, and
+//!   gives the baton back as soon as the app thread asks for it.
+//!
+//! The baton is taken by compare-and-swap before `block_on` and released
+//! after it, so no thread ever waits inside tokio for the runtime's core.
+
+use crate::dispatch::queue::{JobQueue, Pop};
+use crate::shared::Shared;
+use crate::stats::Stats;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+const FREE: u8 = 0;
+const APP: u8 = 1;
+const KEEPER: u8 = 2;
+const CLOSED: u8 = 3;
+
+/// How long the baton may lie free (the app thread busy in the app) before
+/// the keeper drives: the bound on how late a probe, a deadline or another
+/// connection's bytes are seen while the app thread runs a request. The
+/// queue watcher's interval (server.rs), for the same reason.
+pub const TAKEOVER: Duration = Duration::from_micros(500);
+
+/// A reply sent this long after the last drive drives at once rather than
+/// waiting for the next one.
+const DRIVE_EVERY: Duration = Duration::from_micros(200);
+
+pub struct Inline {
+    /// Taken out only by `shutdown`, after the baton is closed.
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    handle: tokio::runtime::Handle,
+    holder: AtomicU8,
+    /// When the baton was last released, in nanoseconds since `epoch`.
+    released_at: AtomicU64,
+    epoch: Instant,
+    /// The app thread asked the keeper to give the baton back.
+    want: AtomicBool,
+    want_notify: tokio::sync::Notify,
+    keeper: OnceLock<std::thread::Thread>,
+    /// The keeper sleeps with no timeout while the app thread waits for a
+    /// request in the runtime; the app thread wakes it when it leaves.
+    keeper_asleep: AtomicBool,
+    queue: Arc<JobQueue>,
+    shared: Arc<Shared>,
+    spin: Duration,
+}
+
+/// The baton, released when dropped (a panic in a task included).
+struct Held<'a>(&'a Inline);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.released_at.store(self.0.now_ns(), Ordering::Relaxed);
+        let _ = self
+            .0
+            .holder
+            .compare_exchange(APP, FREE, Ordering::Release, Ordering::Relaxed)
+            .or_else(|_| {
+                self.0
+                    .holder
+                    .compare_exchange(KEEPER, FREE, Ordering::Release, Ordering::Relaxed)
+            });
+    }
+}
+
+impl Inline {
+    /// `spin`: how long an app thread out of work polls before it sleeps
+    /// in `epoll_wait` (`handoff_spin`).
+    pub(crate) fn new(runtime: tokio::runtime::Runtime, shared: Arc<Shared>, spin: Duration) -> Arc<Inline> {
+        Arc::new(Inline {
+            handle: runtime.handle().clone(),
+            runtime: Mutex::new(Some(runtime)),
+            holder: AtomicU8::new(FREE),
+            released_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+            want: AtomicBool::new(false),
+            want_notify: tokio::sync::Notify::new(),
+            keeper: OnceLock::new(),
+            keeper_asleep: AtomicBool::new(false),
+            queue: shared.queue.clone(),
+            shared,
+            spin,
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn since_release(&self) -> Duration {
+        Duration::from_nanos(self.now_ns().saturating_sub(self.released_at.load(Ordering::Relaxed)))
+    }
+
+    fn try_take(&self, who: u8) -> Option<Held<'_>> {
+        self.holder
+            .compare_exchange(FREE, who, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Held(self))
+    }
+
+    /// The app thread wants the baton: the keeper gives it back at once.
+    fn ask_keeper_back(&self) {
+        if self.holder.load(Ordering::Relaxed) == KEEPER {
+            self.want.store(true, Ordering::Release);
+            self.want_notify.notify_one();
+        }
+    }
+
+    fn block_on<F: std::future::Future>(&self, _held: &Held<'_>, f: F) -> Option<F::Output> {
+        let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        runtime.as_ref().map(|rt| rt.block_on(f))
+    }
+
+    /// The app thread has no request: drives the runtime until one is
+    /// queued, the queue closes, or `interrupted` is set (then
+    /// `JobQueue::wake_all` wakes it). `None` when it cannot have the
+    /// baton; the caller then waits on the queue as before.
+    pub fn drive_for_job(&self, interrupted: &AtomicBool) -> Option<Pop> {
+        let held = match self.try_take(APP) {
+            Some(held) => held,
+            None => self.take_from_keeper()?,
+        };
+        let queue = &self.queue;
+        let spin = self.spin;
+        let popped = self.block_on(&held, async {
+            // Polls without sleeping first (each turn runs the ready tasks
+            // and one `epoll_wait(0)`): at low concurrency the next request
+            // often comes within it, and then costs no sleep and no wake.
+            let started = Instant::now();
+            while started.elapsed() < spin {
+                match queue.try_pop() {
+                    Pop::Empty if interrupted.load(Ordering::Acquire) => return Pop::Interrupted,
+                    Pop::Empty => tokio::task::yield_now().await,
+                    other => return other,
+                }
+            }
+            poll_fn(|cx| match queue.try_pop_or_register(cx.waker(), interrupted) {
+                Some(pop) => Poll::Ready(pop),
+                None => Poll::Pending,
+            })
+            .await
+        });
+        queue.clear_driver();
+        drop(held);
+        if self.keeper_asleep.load(Ordering::Acquire) {
+            if let Some(keeper) = self.keeper.get() {
+                keeper.unpark();
+            }
+        }
+        Some(popped.unwrap_or(Pop::Closed))
+    }
+
+    /// The keeper drives (the app thread was busy for a while): asks for
+    /// the baton and waits the moment the keeper takes to let go.
+    fn take_from_keeper(&self) -> Option<Held<'_>> {
+        if self.holder.load(Ordering::Relaxed) != KEEPER {
+            return None;
+        }
+        self.ask_keeper_back();
+        let started = Instant::now();
+        loop {
+            if let Some(held) = self.try_take(APP) {
+                return Some(held);
+            }
+            if self.holder.load(Ordering::Relaxed) == CLOSED || started.elapsed() > TAKEOVER {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether a reply sent now should be written at once: the last drive
+    /// was `DRIVE_EVERY` ago (the app is slow enough that waiting for the
+    /// next drive would hold the reply back).
+    pub fn drive_due(&self) -> bool {
+        self.since_release() >= DRIVE_EVERY
+    }
+
+    /// Sends a reply (`send` does) from inside the runtime, so the
+    /// connection task it wakes is queued on this thread rather than woken
+    /// on another. `drive`: run the runtime one turn right after (the
+    /// woken task, one `epoll_wait(0)`, the tasks it wakes), which is work
+    /// for a caller that released the GVL; otherwise the reply is written
+    /// at the next drive, and the call costs no system call. When another
+    /// thread drives, just sends (that wakes it).
+    pub fn pass(&self, drive: bool, send: impl FnOnce()) {
+        let Some(held) = self.try_take(APP) else {
+            self.ask_keeper_back();
+            send();
+            return;
+        };
+        if drive {
+            // `yield_now` defers its wake to the end of the runtime's turn.
+            self.block_on(&held, async move {
+                send();
+                tokio::task::yield_now().await;
+            });
+        } else {
+            // Ready at its first poll: `block_on` returns without running a
+            // task or asking the kernel anything.
+            self.block_on(&held, async move { send() });
+        }
+    }
+
+    /// The keeper's loop (thread `tsubame-io`): drives whenever the baton
+    /// has lain free for `TAKEOVER`, until the app thread wants it back.
+    pub(crate) fn keep(self: &Arc<Self>) {
+        let _ = self.keeper.set(std::thread::current());
+        loop {
+            match self.holder.load(Ordering::Acquire) {
+                CLOSED => return,
+                FREE if self.since_release() >= TAKEOVER => {
+                    if let Some(held) = self.try_take(KEEPER) {
+                        Stats::bump(&self.shared.stats.inline_takeovers);
+                        self.want.store(false, Ordering::Relaxed);
+                        self.block_on(&held, async {
+                            while !self.want.swap(false, Ordering::AcqRel) {
+                                self.want_notify.notified().await;
+                            }
+                        });
+                    }
+                }
+                FREE => std::thread::park_timeout(TAKEOVER.saturating_sub(self.since_release())),
+                _ if self.queue.driver_parked() => {
+                    // The app thread waits for a request in the runtime:
+                    // nothing to cover until it leaves with one.
+                    self.keeper_asleep.store(true, Ordering::Release);
+                    if self.queue.driver_parked() && self.holder.load(Ordering::Acquire) == APP {
+                        std::thread::park();
+                    }
+                    self.keeper_asleep.store(false, Ordering::Release);
+                }
+                _ => std::thread::park_timeout(TAKEOVER),
+            }
+        }
+    }
+
+    /// Stops the keeper and shuts the runtime down once nobody drives (a
+    /// `current_thread` runtime cannot be shut down from under a driver).
+    pub(crate) fn shutdown(&self, timeout: Duration) {
+        let started = Instant::now();
+        loop {
+            match self
+                .holder
+                .compare_exchange(FREE, CLOSED, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(CLOSED) => return,
+                Err(_) if started.elapsed() > timeout => return,
+                Err(_) => {
+                    self.ask_keeper_back();
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        if let Some(keeper) = self.keeper.get() {
+            keeper.unpark();
+        }
+        let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(runtime) = runtime {
+            runtime.shutdown_timeout(timeout);
+        }
+    }
+
+    pub(crate) fn spawn<F>(&self, f: F)
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(f);
+    }
+}
