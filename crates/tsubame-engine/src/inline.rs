@@ -148,13 +148,17 @@ impl Inline {
             // and one `epoll_wait(0)`): at low concurrency the next request
             // often comes within it, and then costs no sleep and no wake.
             let started = Instant::now();
+            queue.set_driver_spinning(true);
             while started.elapsed() < spin {
                 match queue.try_pop() {
-                    Pop::Empty if interrupted.load(Ordering::Acquire) => return Pop::Interrupted,
-                    Pop::Empty => tokio::task::yield_now().await,
-                    other => return other,
+                    Pop::Empty if !interrupted.load(Ordering::Acquire) => tokio::task::yield_now().await,
+                    popped => {
+                        queue.set_driver_spinning(false);
+                        return if matches!(popped, Pop::Empty) { Pop::Interrupted } else { popped };
+                    }
                 }
             }
+            queue.set_driver_spinning(false);
             poll_fn(|cx| match queue.try_pop_or_register(cx.waker(), interrupted) {
                 Some(pop) => Poll::Ready(pop),
                 None => Poll::Pending,
@@ -289,5 +293,94 @@ impl Inline {
         F::Output: Send + 'static,
     {
         self.handle.spawn(f);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::EngineOptions;
+    use std::sync::atomic::AtomicUsize;
+
+    fn inline(spin: Duration) -> Arc<Inline> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let shared = Arc::new(Shared::new(EngineOptions::default(), None));
+        Inline::new(runtime, shared, spin)
+    }
+
+    #[test]
+    fn a_lazy_pass_leaves_the_woken_task_for_the_next_drive() {
+        let inline = inline(Duration::ZERO);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let seen = ran.clone();
+        inline.spawn(async move {
+            if rx.await == Ok(7) {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        // An interrupted drive returns before running any task.
+        let stop = AtomicBool::new(true);
+        assert!(matches!(inline.drive_for_job(&stop), Some(Pop::Interrupted)));
+        inline.pass(false, move || {
+            let _ = tx.send(7);
+        });
+        assert_eq!(ran.load(Ordering::SeqCst), 0, "a lazy pass runs no task");
+        assert_eq!(inline.holder.load(Ordering::SeqCst), FREE);
+        inline.pass(true, || {});
+        assert_eq!(ran.load(Ordering::SeqCst), 1, "a driving pass runs what is ready");
+        inline.shutdown(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn the_keeper_drives_while_the_baton_lies_free_and_gives_it_back() {
+        let inline = inline(Duration::ZERO);
+        let keeper = {
+            let inline = inline.clone();
+            std::thread::spawn(move || inline.keep())
+        };
+        let ran = Arc::new(AtomicBool::new(false));
+        let seen = ran.clone();
+        inline.spawn(async move { seen.store(true, Ordering::SeqCst) });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ran.load(Ordering::SeqCst) {
+            assert!(Instant::now() < deadline, "the keeper never drove");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(inline.holder.load(Ordering::SeqCst), KEEPER);
+        assert!(inline.shared.stats.inline_takeovers.load(Ordering::SeqCst) >= 1);
+        // The app thread asks and gets the baton back within the takeover.
+        let stop = AtomicBool::new(true);
+        let started = Instant::now();
+        assert!(matches!(inline.drive_for_job(&stop), Some(Pop::Interrupted)));
+        assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+        inline.shutdown(Duration::from_secs(1));
+        keeper.join().expect("keeper");
+        assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
+    }
+
+    #[test]
+    fn a_driver_parked_in_the_runtime_counts_idle_and_wake_all_reaches_it() {
+        let inline = inline(Duration::ZERO);
+        let queue = inline.queue.clone();
+        let interrupted = Arc::new(AtomicBool::new(false));
+        let driver = {
+            let (inline, interrupted) = (inline.clone(), interrupted.clone());
+            std::thread::spawn(move || inline.drive_for_job(&interrupted))
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !queue.driver_parked() {
+            assert!(Instant::now() < deadline, "the driver never parked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(queue.waiting(), 1, "a parked driver is an idle thread");
+        interrupted.store(true, Ordering::SeqCst);
+        queue.wake_all();
+        assert!(matches!(driver.join().expect("driver"), Some(Pop::Interrupted)));
+        assert!(!queue.driver_parked());
+        inline.shutdown(Duration::from_secs(1));
     }
 }

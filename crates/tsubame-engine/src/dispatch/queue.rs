@@ -409,6 +409,12 @@ impl JobQueue {
         }
     }
 
+    /// Inline mode: the driver polls the queue while it spins, as a
+    /// `pop_wait` spinner does, and counts as idle (`waiting`) meanwhile.
+    pub fn set_driver_spinning(&self, spinning: bool) {
+        self.lock().spinning = spinning;
+    }
+
     /// An idle Ruby thread is driving the runtime, waiting for a job.
     pub fn driver_parked(&self) -> bool {
         self.lock().driver.is_some()
