@@ -13,7 +13,8 @@
 //!   instead of waking another thread; the reply is written at its next
 //!   drive, together with every other one ready by then (a burst of writes
 //!   wakes the client once, not once per reply), or at once when the last
-//!   drive was `DRIVE_EVERY` ago, so a slow app does not hold replies back;
+//!   drive was `DRIVE_EVERY` ago, so neither a slow app nor a queue that
+//!   never empties holds replies back;
 //! - the keeper thread (`tsubame-io`) drives when no app thread has for
 //!   `TAKEOVER`, so health probes are answered, deadlines enforced, slow
 //!   uploads read and streams written while the app thread is busy, and
@@ -43,8 +44,11 @@ const CLOSED: u8 = 3;
 pub const TAKEOVER: Duration = Duration::from_micros(500);
 
 /// A reply sent this long after the last drive drives at once rather than
-/// waiting for the next one.
-const DRIVE_EVERY: Duration = Duration::from_micros(200);
+/// waiting for the next one: the bound on how long a whole reply waits
+/// when the queue stays full. (Hello at -c50: 100 µs, 200 µs and 1 ms
+/// cost the same CPU per request; never driving before the queue empties
+/// cost 5-8% more and had the highest p99.)
+const DRIVE_EVERY: Duration = Duration::from_micros(100);
 
 pub struct Inline {
     /// Taken out only by `shutdown`, after the baton is closed.
@@ -53,6 +57,8 @@ pub struct Inline {
     holder: AtomicU8,
     /// When the baton was last released, in nanoseconds since `epoch`.
     released_at: AtomicU64,
+    /// When a drive (a turn that ran the ready tasks) last ended, likewise.
+    driven_at: AtomicU64,
     epoch: Instant,
     /// The app thread asked the keeper to give the baton back.
     want: AtomicBool,
@@ -93,6 +99,7 @@ impl Inline {
             runtime: Mutex::new(Some(runtime)),
             holder: AtomicU8::new(FREE),
             released_at: AtomicU64::new(0),
+            driven_at: AtomicU64::new(0),
             epoch: Instant::now(),
             want: AtomicBool::new(false),
             want_notify: tokio::sync::Notify::new(),
@@ -108,8 +115,12 @@ impl Inline {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
+    fn since(&self, at: &AtomicU64) -> Duration {
+        Duration::from_nanos(self.now_ns().saturating_sub(at.load(Ordering::Relaxed)))
+    }
+
     fn since_release(&self) -> Duration {
-        Duration::from_nanos(self.now_ns().saturating_sub(self.released_at.load(Ordering::Relaxed)))
+        self.since(&self.released_at)
     }
 
     fn try_take(&self, who: u8) -> Option<Held<'_>> {
@@ -132,6 +143,13 @@ impl Inline {
         runtime.as_ref().map(|rt| rt.block_on(f))
     }
 
+    /// `block_on` for a turn that runs the ready tasks: counts as a drive.
+    fn drive<F: std::future::Future>(&self, held: &Held<'_>, f: F) -> Option<F::Output> {
+        let out = self.block_on(held, f);
+        self.driven_at.store(self.now_ns(), Ordering::Relaxed);
+        out
+    }
+
     /// The app thread has no request: drives the runtime until one is
     /// queued, the queue closes, or `interrupted` is set (then
     /// `JobQueue::wake_all` wakes it). `None` when it cannot have the
@@ -143,7 +161,7 @@ impl Inline {
         };
         let queue = &self.queue;
         let spin = self.spin;
-        let popped = self.block_on(&held, async {
+        let popped = self.drive(&held, async {
             // Polls without sleeping first (each turn runs the ready tasks
             // and one `epoll_wait(0)`): at low concurrency the next request
             // often comes within it, and then costs no sleep and no wake.
@@ -154,7 +172,11 @@ impl Inline {
                     Pop::Empty if !interrupted.load(Ordering::Acquire) => tokio::task::yield_now().await,
                     popped => {
                         queue.set_driver_spinning(false);
-                        return if matches!(popped, Pop::Empty) { Pop::Interrupted } else { popped };
+                        return if matches!(popped, Pop::Empty) {
+                            Pop::Interrupted
+                        } else {
+                            popped
+                        };
                     }
                 }
             }
@@ -182,23 +204,28 @@ impl Inline {
             return None;
         }
         self.ask_keeper_back();
+        // Idle meanwhile, for busy accept (`net/accept.rs`): the keeper may
+        // be accepting for this process right now.
+        self.queue.set_driver_spinning(true);
         let started = Instant::now();
-        loop {
+        let held = loop {
             if let Some(held) = self.try_take(APP) {
-                return Some(held);
+                break Some(held);
             }
             if self.holder.load(Ordering::Relaxed) == CLOSED || started.elapsed() > TAKEOVER {
-                return None;
+                break None;
             }
             std::thread::yield_now();
-        }
+        };
+        self.queue.set_driver_spinning(false);
+        held
     }
 
     /// Whether a reply sent now should be written at once: the last drive
-    /// was `DRIVE_EVERY` ago (the app is slow enough that waiting for the
-    /// next drive would hold the reply back).
+    /// was `DRIVE_EVERY` ago (a slow app, or a queue that stays full, would
+    /// otherwise hold the replies back).
     pub fn drive_due(&self) -> bool {
-        self.since_release() >= DRIVE_EVERY
+        self.since(&self.driven_at) >= DRIVE_EVERY
     }
 
     /// Sends a reply (`send` does) from inside the runtime, so the
@@ -216,7 +243,7 @@ impl Inline {
         };
         if drive {
             // `yield_now` defers its wake to the end of the runtime's turn.
-            self.block_on(&held, async move {
+            self.drive(&held, async move {
                 send();
                 tokio::task::yield_now().await;
             });
@@ -238,7 +265,7 @@ impl Inline {
                     if let Some(held) = self.try_take(KEEPER) {
                         Stats::bump(&self.shared.stats.inline_takeovers);
                         self.want.store(false, Ordering::Relaxed);
-                        self.block_on(&held, async {
+                        self.drive(&held, async {
                             while !self.want.swap(false, Ordering::AcqRel) {
                                 self.want_notify.notified().await;
                             }
@@ -356,7 +383,11 @@ mod tests {
         let stop = AtomicBool::new(true);
         let started = Instant::now();
         assert!(matches!(inline.drive_for_job(&stop), Some(Pop::Interrupted)));
-        assert!(started.elapsed() < Duration::from_millis(100), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            started.elapsed()
+        );
         inline.shutdown(Duration::from_secs(1));
         keeper.join().expect("keeper");
         assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
