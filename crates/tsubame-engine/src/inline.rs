@@ -67,6 +67,8 @@ pub struct Inline {
     /// The keeper sleeps with no timeout while the app thread waits for a
     /// request in the runtime; the app thread wakes it when it leaves.
     keeper_asleep: AtomicBool,
+    /// `shutdown` has begun: the keeper takes the baton no more.
+    closing: AtomicBool,
     queue: Arc<JobQueue>,
     shared: Arc<Shared>,
     spin: Duration,
@@ -105,6 +107,7 @@ impl Inline {
             want_notify: tokio::sync::Notify::new(),
             keeper: OnceLock::new(),
             keeper_asleep: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
             queue: shared.queue.clone(),
             shared,
             spin,
@@ -261,6 +264,7 @@ impl Inline {
         loop {
             match self.holder.load(Ordering::Acquire) {
                 CLOSED => return,
+                _ if self.closing.load(Ordering::Acquire) => return,
                 FREE if self.since_release() >= TAKEOVER => {
                     if let Some(held) = self.try_take(KEEPER) {
                         Stats::bump(&self.shared.stats.inline_takeovers);
@@ -290,6 +294,9 @@ impl Inline {
     /// Stops the keeper and shuts the runtime down once nobody drives (a
     /// `current_thread` runtime cannot be shut down from under a driver).
     pub(crate) fn shutdown(&self, timeout: Duration) {
+        // The keeper stops taking the baton first, or it would take it back
+        // each time it lay free for `TAKEOVER` while this waits for it.
+        self.closing.store(true, Ordering::Release);
         let started = Instant::now();
         loop {
             match self
@@ -391,6 +398,29 @@ mod tests {
         inline.shutdown(Duration::from_secs(1));
         keeper.join().expect("keeper");
         assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
+    }
+
+    #[test]
+    fn shutdown_takes_the_baton_from_a_driving_keeper_at_once() {
+        let inline = inline(Duration::ZERO);
+        let keeper = {
+            let inline = inline.clone();
+            std::thread::spawn(move || inline.keep())
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while inline.holder.load(Ordering::SeqCst) != KEEPER {
+            assert!(Instant::now() < deadline, "the keeper never drove");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        inline.shutdown(Duration::from_secs(2));
+        assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+        keeper.join().expect("keeper");
     }
 
     #[test]

@@ -125,13 +125,17 @@ impl Request {
         // hints) is followed by more from this thread, or by a wait for
         // the connection's answer, so it goes out at once.
         let now = !matches!(reply, Reply::Full { .. } | Reply::File { .. } | Reply::Shed(_));
+        let is_file = matches!(reply, Reply::File { .. });
         // A closed receiver means the engine already dropped the connection
         // (a stop that timed out); nothing is left to tell.
         let send = move || {
             let _ = sender.send(reply);
         };
         match &self.inline {
-            Some(inline) if now || inline.drive_due() => {
+            // A file body never drives from here: one turn of `sendfile`
+            // writes until the socket is full (megabytes on loopback), work
+            // that belongs after the request, at the thread's next drive.
+            Some(inline) if now || (inline.drive_due() && !is_file) => {
                 // The turn of the runtime runs other connections' tasks
                 // too: without the GVL, so other Ruby threads run meanwhile.
                 let mut send = Some(send);

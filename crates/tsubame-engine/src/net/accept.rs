@@ -34,6 +34,15 @@ impl<L: OwnedListener> Acceptor<L> {
     }
 
     async fn accept_with<T>(&self, queue: &JobQueue, accept: impl Fn(&L) -> io::Result<T>) -> io::Result<T> {
+        if self.busy_delay.is_some() {
+            // The connection accepted last has not been read yet: its task
+            // runs first, so its request is queued (and its thread counted
+            // busy) before the next accept asks whether a thread is idle.
+            // Otherwise one idle worker, woken for a burst, took the whole
+            // burst while the others stayed idle (seen inline, where the
+            // app thread accepts and counts as idle until a push).
+            tokio::task::yield_now().await;
+        }
         loop {
             let mut ready = self.fd.readable().await?;
             if let Some(delay) = self.busy_delay {
