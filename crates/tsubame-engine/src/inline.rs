@@ -23,7 +23,7 @@
 //! The baton is taken by compare-and-swap before `block_on` and released
 //! after it, so no thread ever waits inside tokio for the runtime's core.
 
-use crate::dispatch::queue::{JobQueue, Pop};
+use crate::dispatch::queue::Pop;
 use crate::shared::Shared;
 use crate::stats::Stats;
 use std::future::poll_fn;
@@ -69,7 +69,6 @@ pub struct Inline {
     keeper_asleep: AtomicBool,
     /// `shutdown` has begun: the keeper takes the baton no more.
     closing: AtomicBool,
-    queue: Arc<JobQueue>,
     shared: Arc<Shared>,
     spin: Duration,
 }
@@ -80,15 +79,9 @@ struct Held<'a>(&'a Inline);
 impl Drop for Held<'_> {
     fn drop(&mut self) {
         self.0.released_at.store(self.0.now_ns(), Ordering::Relaxed);
-        let _ = self
-            .0
-            .holder
-            .compare_exchange(APP, FREE, Ordering::Release, Ordering::Relaxed)
-            .or_else(|_| {
-                self.0
-                    .holder
-                    .compare_exchange(KEEPER, FREE, Ordering::Release, Ordering::Relaxed)
-            });
+        // Only the holder changes `holder` while it is held (`shutdown`
+        // swaps only FREE), so a plain store releases it.
+        self.0.holder.store(FREE, Ordering::Release);
     }
 }
 
@@ -108,7 +101,6 @@ impl Inline {
             keeper: OnceLock::new(),
             keeper_asleep: AtomicBool::new(false),
             closing: AtomicBool::new(false),
-            queue: shared.queue.clone(),
             shared,
             spin,
         })
@@ -162,7 +154,7 @@ impl Inline {
             Some(held) => held,
             None => self.take_from_keeper()?,
         };
-        let queue = &self.queue;
+        let queue = &self.shared.queue;
         let spin = self.spin;
         let popped = self.drive(&held, async {
             // Polls without sleeping first (each turn runs the ready tasks
@@ -209,7 +201,7 @@ impl Inline {
         self.ask_keeper_back();
         // Idle meanwhile, for busy accept (`net/accept.rs`): the keeper may
         // be accepting for this process right now.
-        self.queue.set_driver_spinning(true);
+        self.shared.queue.set_driver_spinning(true);
         let started = Instant::now();
         let held = loop {
             if let Some(held) = self.try_take(APP) {
@@ -220,7 +212,7 @@ impl Inline {
             }
             std::thread::yield_now();
         };
-        self.queue.set_driver_spinning(false);
+        self.shared.queue.set_driver_spinning(false);
         held
     }
 
@@ -277,11 +269,11 @@ impl Inline {
                     }
                 }
                 FREE => std::thread::park_timeout(TAKEOVER.saturating_sub(self.since_release())),
-                _ if self.queue.driver_parked() => {
+                _ if self.shared.queue.driver_parked() => {
                     // The app thread waits for a request in the runtime:
                     // nothing to cover until it leaves with one.
                     self.keeper_asleep.store(true, Ordering::Release);
-                    if self.queue.driver_parked() && self.holder.load(Ordering::Acquire) == APP {
+                    if self.shared.queue.driver_parked() && self.holder.load(Ordering::Acquire) == APP {
                         std::thread::park();
                     }
                     self.keeper_asleep.store(false, Ordering::Release);
@@ -345,6 +337,27 @@ mod tests {
         Inline::new(runtime, shared, spin)
     }
 
+    /// Polls `done` for up to 5 s.
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Starts the keeper and waits until it drives (the baton lay free).
+    fn driving_keeper(inline: &Arc<Inline>) -> std::thread::JoinHandle<()> {
+        let keeper = {
+            let inline = inline.clone();
+            std::thread::spawn(move || inline.keep())
+        };
+        wait_for("the keeper never drove", || {
+            inline.holder.load(Ordering::SeqCst) == KEEPER
+        });
+        keeper
+    }
+
     #[test]
     fn a_lazy_pass_leaves_the_woken_task_for_the_next_drive() {
         let inline = inline(Duration::ZERO);
@@ -372,18 +385,11 @@ mod tests {
     #[test]
     fn the_keeper_drives_while_the_baton_lies_free_and_gives_it_back() {
         let inline = inline(Duration::ZERO);
-        let keeper = {
-            let inline = inline.clone();
-            std::thread::spawn(move || inline.keep())
-        };
+        let keeper = driving_keeper(&inline);
         let ran = Arc::new(AtomicBool::new(false));
         let seen = ran.clone();
         inline.spawn(async move { seen.store(true, Ordering::SeqCst) });
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !ran.load(Ordering::SeqCst) {
-            assert!(Instant::now() < deadline, "the keeper never drove");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for("the keeper never ran the task", || ran.load(Ordering::SeqCst));
         assert_eq!(inline.holder.load(Ordering::SeqCst), KEEPER);
         assert!(inline.shared.stats.inline_takeovers.load(Ordering::SeqCst) >= 1);
         // The app thread asks and gets the baton back within the takeover.
@@ -403,15 +409,7 @@ mod tests {
     #[test]
     fn shutdown_takes_the_baton_from_a_driving_keeper_at_once() {
         let inline = inline(Duration::ZERO);
-        let keeper = {
-            let inline = inline.clone();
-            std::thread::spawn(move || inline.keep())
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while inline.holder.load(Ordering::SeqCst) != KEEPER {
-            assert!(Instant::now() < deadline, "the keeper never drove");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let keeper = driving_keeper(&inline);
         let started = Instant::now();
         inline.shutdown(Duration::from_secs(2));
         assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
@@ -426,17 +424,13 @@ mod tests {
     #[test]
     fn a_driver_parked_in_the_runtime_counts_idle_and_wake_all_reaches_it() {
         let inline = inline(Duration::ZERO);
-        let queue = inline.queue.clone();
+        let queue = inline.shared.queue.clone();
         let interrupted = Arc::new(AtomicBool::new(false));
         let driver = {
             let (inline, interrupted) = (inline.clone(), interrupted.clone());
             std::thread::spawn(move || inline.drive_for_job(&interrupted))
         };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !queue.driver_parked() {
-            assert!(Instant::now() < deadline, "the driver never parked");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for("the driver never parked", || queue.driver_parked());
         assert_eq!(queue.waiting(), 1, "a parked driver is an idle thread");
         interrupted.store(true, Ordering::SeqCst);
         queue.wake_all();

@@ -120,22 +120,27 @@ impl Request {
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
         let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
-        // Inline: a whole response can wait for the thread's next drive;
-        // anything else (a stream's head, a hijack, an upgrade, early
-        // hints) is followed by more from this thread, or by a wait for
-        // the connection's answer, so it goes out at once.
-        let now = !matches!(reply, Reply::Full { .. } | Reply::File { .. } | Reply::Shed(_));
-        let is_file = matches!(reply, Reply::File { .. });
+        // Inline: whether this reply runs a turn of the runtime at once.
+        let drive = self.inline.as_ref().is_some_and(|inline| match reply {
+            // A file body never does: one turn of `sendfile` writes until
+            // the socket is full (megabytes on loopback), work that belongs
+            // after the request, at the thread's next drive.
+            Reply::File { .. } => false,
+            // A whole response waits for the next drive, unless the last
+            // one was a while ago.
+            Reply::Full { .. } | Reply::Shed(_) => inline.drive_due(),
+            // A stream's head, a hijack, an upgrade, early hints: more
+            // follows from this thread, or it waits for the connection's
+            // answer.
+            _ => true,
+        });
         // A closed receiver means the engine already dropped the connection
         // (a stop that timed out); nothing is left to tell.
         let send = move || {
             let _ = sender.send(reply);
         };
         match &self.inline {
-            // A file body never drives from here: one turn of `sendfile`
-            // writes until the socket is full (megabytes on loopback), work
-            // that belongs after the request, at the thread's next drive.
-            Some(inline) if now || (inline.drive_due() && !is_file) => {
+            Some(inline) if drive => {
                 // The turn of the runtime runs other connections' tasks
                 // too: without the GVL, so other Ruby threads run meanwhile.
                 let mut send = Some(send);

@@ -387,7 +387,14 @@ impl JobQueue {
     /// Taking the lock first means a waiter between its flag check and its
     /// wait cannot miss the wake-up.
     pub fn wake_all(&self) {
-        let driver = self.lock().driver.take();
+        self.wake_everyone(self.lock());
+    }
+
+    /// Releases `state`, then wakes every condvar waiter and the inline
+    /// driver (`try_pop_or_register`), each to look at the queue again.
+    fn wake_everyone(&self, mut state: MutexGuard<'_, State>) {
+        let driver = state.driver.take();
+        drop(state);
         self.ready.notify_all();
         if let Some(driver) = driver {
             driver.wake();
@@ -428,15 +435,9 @@ impl JobQueue {
     /// Queued jobs are still handed out; once they are gone, poppers get
     /// `Closed`.
     pub fn close(&self) {
-        let driver = {
-            let mut state = self.lock();
-            state.backlog.closed = true;
-            state.driver.take()
-        };
-        self.ready.notify_all();
-        if let Some(driver) = driver {
-            driver.wake();
-        }
+        let mut state = self.lock();
+        state.backlog.closed = true;
+        self.wake_everyone(state);
     }
 
     /// Closes and takes every queued job, for a stop that ran out of time.
@@ -444,12 +445,7 @@ impl JobQueue {
         let mut state = self.lock();
         let jobs = state.backlog.close_and_drain();
         self.count_outstanding(&state);
-        let driver = state.driver.take();
-        drop(state);
-        self.ready.notify_all();
-        if let Some(driver) = driver {
-            driver.wake();
-        }
+        self.wake_everyone(state);
         jobs
     }
 
