@@ -90,9 +90,11 @@ class InlineTest < Minitest::Test
   end
 
   # The promise of every mode: while the only app thread is busy, probes
-  # are answered by the engine, and other connections are read.
+  # are answered by the engine, and other connections are read. The
+  # control app's /stats has the same two counters (README, /stats).
   def test_a_probe_is_answered_while_the_only_app_thread_sleeps
-    serve do |s|
+    control = free_port
+    serve(args: ["--control-url", "tcp://127.0.0.1:#{control}", "--control-token", "t"]) do |s|
       busy = Thread.new { Net::HTTP.get(URI("http://127.0.0.1:#{s.port}/sleep?s=1.5")) }
       sleep 0.3
       started = monotonic
@@ -102,6 +104,9 @@ class InlineTest < Minitest::Test
       assert_operator took, :<, 0.2, "the probe waited #{took}s for the busy app thread"
       assert_operator probe["inline_takeovers"], :>=, 1, "the I/O thread drove while the app thread slept"
       assert_equal "slept", busy.value
+      stats = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/stats?token=t"))).fetch("engine")
+      assert_equal true, stats.fetch("inline")
+      assert_operator stats.fetch("inline_takeovers"), :>=, probe["inline_takeovers"]
     end
   end
 
