@@ -74,14 +74,22 @@ pub struct Inline {
 }
 
 /// The baton, released when dropped (a panic in a task included).
-struct Held<'a>(&'a Inline);
+/// `at`: the time of the release when the holder has just read the clock
+/// (a reply's check, a drive's end), so the release reads it no second
+/// time; a request costs a clock read for each event it timestamps, and
+/// these were three of them.
+struct Held<'a> {
+    inline: &'a Inline,
+    at: Option<u64>,
+}
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
-        self.0.released_at.store(self.0.now_ns(), Ordering::Relaxed);
+        let at = self.at.unwrap_or_else(|| self.inline.now_ns());
+        self.inline.released_at.store(at, Ordering::Relaxed);
         // Only the holder changes `holder` while it is held (`shutdown`
         // swaps only FREE), so a plain store releases it.
-        self.0.holder.store(FREE, Ordering::Release);
+        self.inline.holder.store(FREE, Ordering::Release);
     }
 }
 
@@ -106,7 +114,9 @@ impl Inline {
         })
     }
 
-    fn now_ns(&self) -> u64 {
+    /// The clock the baton's and the drives' times are kept in
+    /// (nanoseconds since the runtime was made).
+    pub fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
@@ -122,7 +132,7 @@ impl Inline {
         self.holder
             .compare_exchange(FREE, who, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| Held(self))
+            .map(|_| Held { inline: self, at: None })
     }
 
     /// The app thread wants the baton: the keeper gives it back at once.
@@ -139,9 +149,11 @@ impl Inline {
     }
 
     /// `block_on` for a turn that runs the ready tasks: counts as a drive.
-    fn drive<F: std::future::Future>(&self, held: &Held<'_>, f: F) -> Option<F::Output> {
+    fn drive<F: std::future::Future>(&self, held: &mut Held<'_>, f: F) -> Option<F::Output> {
         let out = self.block_on(held, f);
-        self.driven_at.store(self.now_ns(), Ordering::Relaxed);
+        let now = self.now_ns();
+        self.driven_at.store(now, Ordering::Relaxed);
+        held.at = Some(now);
         out
     }
 
@@ -150,21 +162,28 @@ impl Inline {
     /// `JobQueue::wake_all` wakes it). `None` when it cannot have the
     /// baton; the caller then waits on the queue as before.
     pub fn drive_for_job(&self, interrupted: &AtomicBool) -> Option<Pop> {
-        let held = match self.try_take(APP) {
+        let mut held = match self.try_take(APP) {
             Some(held) => held,
             None => self.take_from_keeper()?,
         };
         let queue = &self.shared.queue;
         let spin = self.spin;
-        let popped = self.drive(&held, async {
+        let popped = self.drive(&mut held, async {
             // Polls without sleeping first (each turn runs the ready tasks
             // and one `epoll_wait(0)`): at low concurrency the next request
             // often comes within it, and then costs no sleep and no wake.
-            let started = Instant::now();
+            // The clock is read only once the queue was found empty: under
+            // load a request is usually waiting.
+            let mut started = None;
             queue.set_driver_spinning(true);
-            while started.elapsed() < spin {
+            loop {
                 match queue.try_pop() {
-                    Pop::Empty if !interrupted.load(Ordering::Acquire) => tokio::task::yield_now().await,
+                    Pop::Empty if !interrupted.load(Ordering::Acquire) => {
+                        if started.get_or_insert_with(Instant::now).elapsed() >= spin {
+                            break;
+                        }
+                        tokio::task::yield_now().await
+                    }
                     popped => {
                         queue.set_driver_spinning(false);
                         return if matches!(popped, Pop::Empty) {
@@ -216,11 +235,11 @@ impl Inline {
         held
     }
 
-    /// Whether a reply sent now should be written at once: the last drive
-    /// was `DRIVE_EVERY` ago (a slow app, or a queue that stays full, would
-    /// otherwise hold the replies back).
-    pub fn drive_due(&self) -> bool {
-        self.since(&self.driven_at) >= DRIVE_EVERY
+    /// Whether a reply sent at `now` (`now_ns`) should be written at once:
+    /// the last drive was `DRIVE_EVERY` ago (a slow app, or a queue that
+    /// stays full, would otherwise hold the replies back).
+    pub fn drive_due(&self, now: u64) -> bool {
+        Duration::from_nanos(now.saturating_sub(self.driven_at.load(Ordering::Relaxed))) >= DRIVE_EVERY
     }
 
     /// Sends a reply (`send` does) from inside the runtime, so the
@@ -229,16 +248,17 @@ impl Inline {
     /// woken task, one `epoll_wait(0)`, the tasks it wakes), which is work
     /// for a caller that released the GVL; otherwise the reply is written
     /// at the next drive, and the call costs no system call. When another
-    /// thread drives, just sends (that wakes it).
-    pub fn pass(&self, drive: bool, send: impl FnOnce()) {
-        let Some(held) = self.try_take(APP) else {
+    /// thread drives, just sends (that wakes it). `now`: the clock as the
+    /// caller just read it (`now_ns`), if it did.
+    pub fn pass(&self, drive: bool, now: Option<u64>, send: impl FnOnce()) {
+        let Some(mut held) = self.try_take(APP) else {
             self.ask_keeper_back();
             send();
             return;
         };
         if drive {
             // `yield_now` defers its wake to the end of the runtime's turn.
-            self.drive(&held, async move {
+            self.drive(&mut held, async move {
                 send();
                 tokio::task::yield_now().await;
             });
@@ -246,6 +266,7 @@ impl Inline {
             // Ready at its first poll: `block_on` returns without running a
             // task or asking the kernel anything.
             self.block_on(&held, async move { send() });
+            held.at = now;
         }
     }
 
@@ -258,10 +279,10 @@ impl Inline {
                 CLOSED => return,
                 _ if self.closing.load(Ordering::Acquire) => return,
                 FREE if self.since_release() >= TAKEOVER => {
-                    if let Some(held) = self.try_take(KEEPER) {
+                    if let Some(mut held) = self.try_take(KEEPER) {
                         Stats::bump(&self.shared.stats.inline_takeovers);
                         self.want.store(false, Ordering::Relaxed);
-                        self.drive(&held, async {
+                        self.drive(&mut held, async {
                             while !self.want.swap(false, Ordering::AcqRel) {
                                 self.want_notify.notified().await;
                             }
@@ -372,12 +393,12 @@ mod tests {
         // An interrupted drive returns before running any task.
         let stop = AtomicBool::new(true);
         assert!(matches!(inline.drive_for_job(&stop), Some(Pop::Interrupted)));
-        inline.pass(false, move || {
+        inline.pass(false, None, move || {
             let _ = tx.send(7);
         });
         assert_eq!(ran.load(Ordering::SeqCst), 0, "a lazy pass runs no task");
         assert_eq!(inline.holder.load(Ordering::SeqCst), FREE);
-        inline.pass(true, || {});
+        inline.pass(true, None, || {});
         assert_eq!(ran.load(Ordering::SeqCst), 1, "a driving pass runs what is ready");
         inline.shutdown(Duration::from_secs(1));
     }

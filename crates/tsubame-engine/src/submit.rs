@@ -53,6 +53,7 @@ pub(crate) async fn submit(
         seq,
         state: state.clone(),
         queued_at: received_at,
+        taken_at: None,
     };
     let answer = match enqueue(shared, job, target) {
         Ok(pushed) => await_reply(reply_rx, pushed, &state, seq, received_at, shared).await,

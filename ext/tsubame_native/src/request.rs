@@ -120,6 +120,12 @@ impl Request {
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
         let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
+        // Inline: the clock, read once for the check below and the baton's
+        // release after a reply that does not drive.
+        let now = match (&self.inline, &reply) {
+            (Some(inline), Reply::Full { .. } | Reply::Shed(_)) => Some(inline.now_ns()),
+            _ => None,
+        };
         // Inline: whether this reply runs a turn of the runtime at once.
         let drive = self.inline.as_ref().is_some_and(|inline| match reply {
             // A file body never does: one turn of `sendfile` writes until
@@ -128,7 +134,7 @@ impl Request {
             Reply::File { .. } => false,
             // A whole response waits for the next drive, unless the last
             // one was a while ago.
-            Reply::Full { .. } | Reply::Shed(_) => inline.drive_due(),
+            Reply::Full { .. } | Reply::Shed(_) => now.is_some_and(|now| inline.drive_due(now)),
             // A stream's head, a hijack, an upgrade, early hints: more
             // follows from this thread, or it waits for the connection's
             // answer.
@@ -147,7 +153,7 @@ impl Request {
                 let (_, raised) = without_gvl(
                     || {
                         if let Some(send) = send.take() {
-                            inline.pass(true, send);
+                            inline.pass(true, None, send);
                         }
                     },
                     || {},
@@ -160,7 +166,7 @@ impl Request {
                 raised
             }
             Some(inline) => {
-                inline.pass(false, send);
+                inline.pass(false, now, send);
                 Ok(())
             }
             None => {

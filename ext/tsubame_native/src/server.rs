@@ -432,7 +432,8 @@ impl Server {
             };
             match pop {
                 Pop::Job(job) => {
-                    HOLDING_JOB.with(|h| h.set(Some(Instant::now())));
+                    let taken_at = job.taken_at.unwrap_or_else(Instant::now);
+                    HOLDING_JOB.with(|h| h.set(Some(taken_at)));
                     return Ok(Some(Request::new(*job, rb_self.engine.inline().cloned())));
                 }
                 Pop::Closed => return Ok(None),

@@ -41,6 +41,9 @@ pub struct Job {
     /// Set by the queue on push: queue_timeout counts from here, not from
     /// the start of a long upload.
     pub queued_at: Instant,
+    /// Set by the queue when an app thread takes the job, from the clock
+    /// read that also times its wait: where its service time starts.
+    pub taken_at: Option<Instant>,
 }
 
 const QUEUED: u8 = 0;

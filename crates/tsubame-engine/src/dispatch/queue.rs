@@ -38,7 +38,7 @@ impl Backlog {
     /// gave up on them (a request deadline that passed while queued) are
     /// dropped.
     pub fn take_live(&mut self, wait_times: &Histogram) -> Option<Job> {
-        while let Some(job) = self.jobs.pop_front() {
+        while let Some(mut job) = self.jobs.pop_front() {
             if job.state.take() {
                 self.running += 1;
                 self.taken += 1;
@@ -49,6 +49,7 @@ impl Backlog {
                 wait_times.record(waited);
                 job.state
                     .mark_taken(now.saturating_duration_since(job.received_at), waited);
+                job.taken_at = Some(now);
                 return Some(job);
             }
         }
@@ -512,6 +513,7 @@ pub(crate) mod tests {
             seq: 0,
             state: Arc::new(crate::dispatch::job::JobState::new(None)),
             queued_at: std::time::Instant::now(),
+            taken_at: None,
         }
     }
 

@@ -16,7 +16,7 @@ use crate::message::body::{Body, BodySink};
 use crate::message::head::{Framing, RequestHead};
 use crate::message::response::StreamFraming;
 use crate::message::response::{error_response, unavailable_response};
-use crate::net::client_io::{send, send_head_more, send_parts, ClientIo, READ_CHUNK};
+use crate::net::client_io::{send, send_head_more, send_parts, within, ClientIo, READ_CHUNK};
 use crate::net::linger::linger;
 use crate::observe::Finished;
 use crate::shared::Shared;
@@ -437,7 +437,7 @@ async fn write_reply<T: ClientIo>(
             body_len,
             close,
             ..
-        } => match timeout(write_timeout, send_full(io, data, tail)).await {
+        } => match within(write_timeout, send_full(io, data, tail)).await {
             Ok(Ok(())) => (Written::KeepAlive(!close), body_len),
             _ => (Written::Failed, 0),
         },

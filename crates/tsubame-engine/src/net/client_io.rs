@@ -12,6 +12,21 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest};
 /// How much a connection reads from its socket at a time.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
 
+/// `tokio::time::timeout`, except that a future ready at its first poll (a
+/// reply the socket takes whole, as almost every one on a healthy
+/// connection) never reads the clock for a deadline it cannot miss.
+pub(crate) async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    fut: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let mut fut = std::pin::pin!(fut);
+    let first = std::future::poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(out) => Ok(out),
+        Poll::Pending => tokio::time::timeout(limit, fut).await,
+    }
+}
+
 /// A client socket the engine can serve and, on `rack.hijack`, give away.
 pub trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
     /// Whether a finished write may still sit in a buffer until flushed
