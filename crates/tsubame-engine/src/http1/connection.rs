@@ -69,8 +69,14 @@ enum Written {
 /// looking for an HTTP/2 preface on an h2c bind).
 pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shared>, mut buf: BytesMut) {
     let mut served: u64 = 0;
+    // Registered with the stop signal once for the connection's life, not
+    // once per wait between requests (a lock to join the waiters and one to
+    // leave, per request); once a stop has fired it stays ready.
+    let stop = shared.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
     loop {
-        let mut head = match read_head(&mut io, &mut buf, &shared, served).await {
+        let mut head = match read_head(&mut io, &mut buf, &shared, served, stop.as_mut()).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(ReadError::Io) => {
@@ -304,6 +310,7 @@ async fn read_head<T: ClientIo>(
     buf: &mut BytesMut,
     shared: &Shared,
     served: u64,
+    mut stop: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
 ) -> Result<Option<RequestHead>, ReadError> {
     let idle_timeout = if served == 0 {
         shared.opts.first_data_timeout
@@ -330,16 +337,13 @@ async fn read_head<T: ClientIo>(
             // (seen behind HAProxy with `http-reuse always` during rolling
             // restarts); one that arrives is served with `connection: close`.
             let grace = if served == 0 { FIRST_REQUEST_GRACE } else { IDLE_GRACE };
-            let stop = shared.stop_notify.notified();
-            tokio::pin!(stop);
-            stop.as_mut().enable();
             let read = if shared.is_stopping() {
                 timeout(idle_timeout.min(grace), io.read_buf(buf)).await
             } else {
                 let read = tokio::select! {
                     biased;
                     read = timeout(idle_timeout, io.read_buf(buf)) => Some(read),
-                    _ = &mut stop => None,
+                    _ = stop.as_mut() => None,
                 };
                 match read {
                     Some(read) => read,
