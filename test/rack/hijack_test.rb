@@ -55,6 +55,18 @@ class RackHijackTest < Minitest::Test
         io.write(" writes=#{writes} turns=#{during}")
         io.close
         [-1, {}, []]
+      when "/full-allocs"
+        # Objects allocated by 1,000 write_nonblock calls on the hijacked
+        # socket (each call's own; the bytes are one string made before).
+        io = env["rack.hijack"].call
+        byte = "z"
+        io.write_nonblock(byte, exception: false)
+        before = GC.stat(:total_allocated_objects)
+        1000.times { io.write_nonblock(byte, exception: false) }
+        allocated = GC.stat(:total_allocated_objects) - before
+        io.write(" allocs=#{allocated}")
+        io.close
+        [-1, {}, []]
       when "/full-hold"
         # Holds the GVL for 1.5 s, writing without blocking, as
         # ActionCable's threads do through a long broadcast.
@@ -174,6 +186,23 @@ class RackHijackTest < Minitest::Test
       # 100 ms); a pass after every write gave about one turn per write.
       assert_operator turns, :>=, 5, "the counting thread's turns in 50 ms of writes"
       assert_operator turns, :<=, [writes / 10, 500].min, "#{writes} writes: not a pass after each"
+      assert_equal "", s.stderr
+    end
+  end
+
+  # The GVL pass costs the GC nothing: HijackedSocket#write_nonblock
+  # allocates no object per call (a `super` passing keywords allocated a
+  # Hash each time: 1,000 here).
+  def test_full_hijack_write_nonblock_allocates_nothing
+    serve do |s|
+      data, closed = raw_exchange(s, get_bytes("/full-allocs"))
+      assert closed
+      assert_equal "z" * 1001, data[0, 1001]
+      allocated = data[/ allocs=(\d+)\z/, 1]
+      refute_nil allocated, data
+      # Another Ruby thread of the server may allocate meanwhile; one
+      # object per call would be 1,000.
+      assert_operator allocated.to_i, :<, 100, "objects allocated by 1,000 write_nonblock calls"
       assert_equal "", s.stderr
     end
   end

@@ -15,9 +15,17 @@ module Tsubame
   # thread is waiting to take the GVL back (a request ready to run),
   # otherwise once a millisecond (`Native.pass_gvl?`, gvl_turns.rs), so the
   # writing threads do not hand the GVL to one another after every frame.
+  #
+  # The inherited method is called through an alias rather than `super`:
+  # in Ruby 3.1 a `super` call that passes keywords allocates a Hash, one
+  # object per frame written (a thousand per broadcast to a thousand
+  # subscribers, for the GC to collect).
   class HijackedSocket < BasicSocket
+    alias_method :write_nonblock_without_pass, :write_nonblock
+    private :write_nonblock_without_pass
+
     def write_nonblock(buf, exception: true)
-      written = super
+      written = write_nonblock_without_pass(buf, exception: exception)
       Thread.pass if Native.pass_gvl?
       written
     end
