@@ -15,6 +15,10 @@ class InlineTest < Minitest::Test
       case env["PATH_INFO"]
       when "/sleep" then sleep Float(env["QUERY_STRING"][/s=([\\d.]+)/, 1]); [200, {}, ["slept"]]
       when "/echo" then [200, {}, [env["rack.input"].read]]
+      when "/spin"
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        nil while Process.clock_gettime(Process::CLOCK_MONOTONIC) - started < 0.0003
+        [200, {}, ["spun"]]
       when "/stream"
         body = Object.new
         def body.each
@@ -107,6 +111,42 @@ class InlineTest < Minitest::Test
       stats = JSON.parse(Net::HTTP.get(URI("http://127.0.0.1:#{control}/stats?token=t"))).fetch("engine")
       assert_equal true, stats.fetch("inline")
       assert_operator stats.fetch("inline_takeovers"), :>=, probe["inline_takeovers"]
+    end
+  end
+
+  # A queue that never empties still has its replies written as they are
+  # made: a reply sent 100 µs or more after the last drive drives at once.
+  # The only app thread sleeps while the keeper queues 150 requests that
+  # take 0.3 ms of CPU each; run back to back they never leave the queue
+  # empty (the app thread drives between requests only then) nor the
+  # baton free for the keeper's 500 µs, so without that bound every reply
+  # waited for the last one and all arrived within a few milliseconds.
+  def test_replies_go_out_while_the_queue_stays_full
+    serve do |s|
+      assert engine(s)["inline"]
+      sleeper = Thread.new { Net::HTTP.get(URI("http://127.0.0.1:#{s.port}/sleep?s=0.5")) }
+      sleep 0.05
+      clients = Array.new(150) { s.socket }
+      clients.each { |c| c.write("GET /spin HTTP/1.1\r\nhost: x\r\n\r\n") }
+      arrived = {}
+      buffers = Hash.new { |h, c| h[c] = +"" }
+      deadline = monotonic + 10
+      while arrived.size < clients.size && monotonic < deadline
+        ready, = IO.select(clients - arrived.keys, nil, nil, 1)
+        Array(ready).each do |c|
+          chunk = c.read_nonblock(4096, exception: false)
+          next unless chunk.is_a?(String)
+
+          buffers[c] << chunk
+          arrived[c] = monotonic if buffers[c].end_with?("spun")
+        end
+      end
+      assert_equal "slept", sleeper.value
+      assert_equal clients.size, arrived.size, "every /spin answered"
+      spread = arrived.values.max - arrived.values.min
+      assert_operator spread, :>=, 0.015, "150 replies of 0.3 ms each came out as they were made, not all at the end"
+    ensure
+      clients&.each(&:close)
     end
   end
 

@@ -93,10 +93,11 @@ class CompressAppThreadCostTest < Minitest::Test
                     gzip_thread * 1e3, median.call(costs[true]), plain_process * 1e3, gzip_process * 1e3)
       end
 
-      # The compression happened in this process: it costs ~1 ms per
-      # 100 KiB answer at gzip level 6, where a plain answer costs well
-      # under one.
-      assert_operator gzip_process - plain_process, :>, 0.1,
+      # The compression happened in this process: it costs 0.45-1 ms per
+      # 100 KiB answer at gzip level 6 (this JSON repeats itself, and
+      # compresses fast: 90 ms for the 200 in one CI run), where a plain
+      # answer costs well under that.
+      assert_operator gzip_process - plain_process, :>, 0.05,
                       "process CPU: #{plain_process} s plain, #{gzip_process} s gzip"
       assert_operator gzip_process, :>, plain_process * 1.5
       # None of it on the app thread. Compared with what compression cost
