@@ -120,12 +120,13 @@ impl Inline {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn since(&self, at: &AtomicU64) -> Duration {
-        Duration::from_nanos(self.now_ns().saturating_sub(at.load(Ordering::Relaxed)))
+    /// How long before `now` (`now_ns`) the time kept in `at` was.
+    fn since(at: &AtomicU64, now: u64) -> Duration {
+        Duration::from_nanos(now.saturating_sub(at.load(Ordering::Relaxed)))
     }
 
     fn since_release(&self) -> Duration {
-        self.since(&self.released_at)
+        Self::since(&self.released_at, self.now_ns())
     }
 
     fn try_take(&self, who: u8) -> Option<Held<'_>> {
@@ -239,7 +240,7 @@ impl Inline {
     /// the last drive was `DRIVE_EVERY` ago (a slow app, or a queue that
     /// stays full, would otherwise hold the replies back).
     pub fn drive_due(&self, now: u64) -> bool {
-        Duration::from_nanos(now.saturating_sub(self.driven_at.load(Ordering::Relaxed))) >= DRIVE_EVERY
+        Self::since(&self.driven_at, now) >= DRIVE_EVERY
     }
 
     /// Sends a reply (`send` does) from inside the runtime, so the

@@ -120,26 +120,26 @@ impl Request {
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
         let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
-        // Inline: the clock, read once for the check below and the baton's
-        // release after a reply that does not drive.
-        let now = match (&self.inline, &reply) {
-            (Some(inline), Reply::Full { .. } | Reply::Shed(_)) => Some(inline.now_ns()),
-            _ => None,
-        };
-        // Inline: whether this reply runs a turn of the runtime at once.
-        let drive = self.inline.as_ref().is_some_and(|inline| match reply {
-            // A file body never does: one turn of `sendfile` writes until
+        // Inline: whether this reply runs a turn of the runtime at once,
+        // and the clock if the decision read it (the baton's release after
+        // a reply that does not drive is timed with the same read).
+        let (drive, now) = match (&self.inline, &reply) {
+            (None, _) => (false, None),
+            // A file body never drives: one turn of `sendfile` writes until
             // the socket is full (megabytes on loopback), work that belongs
             // after the request, at the thread's next drive.
-            Reply::File { .. } => false,
+            (Some(_), Reply::File { .. }) => (false, None),
             // A whole response waits for the next drive, unless the last
             // one was a while ago.
-            Reply::Full { .. } | Reply::Shed(_) => now.is_some_and(|now| inline.drive_due(now)),
+            (Some(inline), Reply::Full { .. } | Reply::Shed(_)) => {
+                let now = inline.now_ns();
+                (inline.drive_due(now), Some(now))
+            }
             // A stream's head, a hijack, an upgrade, early hints: more
             // follows from this thread, or it waits for the connection's
             // answer.
-            _ => true,
-        });
+            (Some(_), _) => (true, None),
+        };
         // A closed receiver means the engine already dropped the connection
         // (a stop that timed out); nothing is left to tell.
         let send = move || {
