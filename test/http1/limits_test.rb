@@ -164,6 +164,45 @@ class HttpLimitsTest < Minitest::Test
     end
   end
 
+  # One whole 32 MiB response (an Array body: written as one reply, not
+  # streamed).
+  BIG_APP = <<~RUBY
+    body = ("x" * (32 * 1024 * 1024)).freeze
+    run ->(_env) { [200, { "content-type" => "text/plain" }, [body]] }
+  RUBY
+
+  # body_timeout also bounds a response write that stalls: a client that
+  # stops reading is dropped after it, not held with its reply forever.
+  # (A reply the socket takes at once arms no timer; this one cannot.)
+  def test_a_client_that_stops_reading_a_response_is_dropped_after_body_timeout
+    in_tmpdir do |dir|
+      config = write_file(dir, "tsubame.rb", "body_timeout 1\n")
+      with_server(BIG_APP, args: ["-C", config], lint: false) do |s|
+        sock = TCPSocket.new("127.0.0.1", s.port)
+        sock.setsockopt(Socket::SOL_SOCKET, Socket::SO_RCVBUF, 64 * 1024)
+        sock.write(get_request("/"))
+        sleep 3 # reads nothing for three times body_timeout
+        got = 0
+        closed = false
+        deadline = monotonic + 10
+        while monotonic < deadline && got < 32 * 1024 * 1024 && sock.wait_readable(2)
+          chunk = begin
+            sock.read_nonblock(1 << 20, exception: false)
+          rescue Errno::ECONNRESET
+            nil
+          end
+          break closed = true if chunk.nil?
+
+          got += chunk.bytesize if chunk.is_a?(String)
+        end
+        assert closed, "the server dropped the stalled connection (#{got} bytes read)"
+        assert_operator got, :<, 32 * 1024 * 1024, "the reply was cut short, not delivered whole"
+      ensure
+        sock&.close
+      end
+    end
+  end
+
   def test_nothing_pipelined_behind_a_413_runs
     probe(args: ["--max-body-size", "10"]) do |s|
       raw = s.raw("POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nGET /smuggl\r\n" \
