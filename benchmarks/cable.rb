@@ -7,6 +7,8 @@
 # on each of these servers, one after the other in every round:
 #
 #   tsubame-w2      -w 2, adapter: tsubame
+#   tsubame-w2-ws   -w 2 --websocket-worker, adapter: tsubame (a third
+#                   worker holds every WebSocket connection)
 #   tsubame-async   single process, adapter: async
 #   tsubame-w2-redis  -w 2, adapter: redis, on a redis-server this script
 #                   starts on loopback (Debian's redis-server, ruby-redis)
@@ -50,10 +52,10 @@ PORT = Integer(ENV.fetch("PORT", "19800"))
 REDIS_PORT = Integer(ENV.fetch("REDIS_PORT", "19879"))
 REDIS_URL = "redis://127.0.0.1:#{REDIS_PORT}/0"
 
-def tsubame(workers, adapter)
+def tsubame(workers, adapter, *extra)
   lambda do |port|
     cmd = [RbConfig.ruby, File.join(ROOT, "exe/tsubame"), "-e", "production", "-t", "5:5", "-q",
-           "-b", "tcp://127.0.0.1:#{port}", *ENV.fetch("TSUBAME_ARGS", "").split]
+           "-b", "tcp://127.0.0.1:#{port}", *extra, *ENV.fetch("TSUBAME_ARGS", "").split]
     cmd += ["-w", workers.to_s] if workers.positive?
     [cmd + [APP], adapter]
   end
@@ -69,6 +71,7 @@ end
 
 ALL = {
   "tsubame-w2" => tsubame(2, "tsubame"),
+  "tsubame-w2-ws" => tsubame(2, "tsubame", "--websocket-worker"),
   "tsubame-async" => tsubame(0, "async"),
   "tsubame-w2-redis" => tsubame(2, "redis"),
   "puma-async" => puma(0, "async"),
@@ -259,10 +262,13 @@ ratio = lambda do |label, a, b, key|
   puts format("%-52s %.2f", "#{label}: #{a} / #{b}", medians[a][key] / medians[b][key])
 end
 ratio.call("time to last delivery", "tsubame-w2", "tsubame-async", "seconds")
+ratio.call("time to last delivery", "tsubame-w2-ws", "tsubame-async", "seconds")
+ratio.call("time to last delivery", "tsubame-w2-ws", "tsubame-w2-redis", "seconds")
 ratio.call("time to last delivery", "tsubame-w2", "tsubame-w2-redis", "seconds")
 ratio.call("time to last delivery", "tsubame-async", "puma-async", "seconds")
 ratio.call("/ping req/s while broadcasting", "tsubame-async", "puma-async", "rps_busy")
 ratio.call("/ping req/s while broadcasting", "tsubame-w2", "puma-w2-redis", "rps_busy")
+ratio.call("/ping req/s while broadcasting", "tsubame-w2-ws", "puma-w2-redis", "rps_busy")
 NAMES.each do |name|
   m = medians[name]
   puts format("%-52s %.2f", "/ping p99 with clients / without: #{name}", m["p99_busy"] / m["p99_idle"]) if m["p99_idle"]&.positive?

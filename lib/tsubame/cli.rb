@@ -318,6 +318,9 @@ module Tsubame
       opts.on("--preload", "Load the app in the master before forking workers") do
         @options.set(:preload_app, true, layer: LAYER)
       end
+      opts.on("--websocket-worker", "Cluster mode: one more worker serves every WebSocket connection") do
+        @options.set(:websocket_worker, true, layer: LAYER)
+      end
       opts.on("--control-url URL", "Serve the control app on tcp://HOST:PORT or unix://PATH") do |url|
         @options.set(:control_url, url, layer: LAYER)
       end

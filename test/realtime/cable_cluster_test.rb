@@ -158,6 +158,42 @@ module Tsubame
       end
     end
 
+    # websocket_worker: every ActionCable client is held by the WebSocket
+    # worker, broadcasts made in the HTTP workers reach them all, and
+    # when it is killed mid-series its clients reconnect (served by the
+    # HTTP workers until its replacement is up) and hear the series' end.
+    def test_websocket_worker_holds_every_actioncable_client
+      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS + ["--websocket-worker"], env: TSUBAME_ADAPTER) do |server|
+        ws_pid = server.wait_until(30, "the WebSocket worker") do
+          ws = server.stats["websocket_worker"]
+          ws["pid"] if ws&.dig("booted") && server.stdout.include?("go to the WebSocket worker")
+        end
+        http_pids = server.booted_workers.values
+        cable_clients(server, 200) do |clients|
+          assert_equal({ ws_pid.to_s => 200 }, clients.subscribed["pids"], clients.subscribed.inspect)
+          burst = clients.command("burst 5 30")
+          assert_equal 1000, burst["delivered"], burst.inspect
+          assert_empty burst["answered_pids"].map(&:to_i) - http_pids, "broadcasts made by the HTTP workers"
+
+          speaker = get(server, "/series?prefix=w&count=100&interval=0.03").to_i
+          assert_includes http_pids, speaker
+          sleep 0.5
+          Process.kill("KILL", ws_pid)
+          result = clients.command("series w 100 30", timeout: 45)["clients"]
+          summary = result.map { |c| c.slice("pids", "closes", "last") }.uniq.first(5).inspect
+          assert(result.all? { |c| c["closes"].positive? && c["subscribed"] && c["pid"] != ws_pid }, summary)
+          assert(result.all? { |c| c["last"] == 100 }, summary)
+
+          server.wait_until(30, "a replacement WebSocket worker") do
+            ws = server.stats["websocket_worker"]
+            ws && ws["booted"] && ws["pid"] != ws_pid
+          end
+          burst = clients.command("burst 1 20")
+          assert_equal 200, burst["delivered"], burst.inspect
+        end
+      end
+    end
+
     # A worker that does not read (SIGSTOP) holds up neither the master
     # nor the other worker: the other's clients get a 200-message series
     # (4 KB each, 10 ms apart: 800 KB, past what the socket and

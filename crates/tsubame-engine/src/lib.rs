@@ -24,6 +24,7 @@ pub mod files;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod h2;
+pub mod handoff;
 pub mod health;
 pub mod histogram;
 pub mod http1;

@@ -9,6 +9,7 @@ use crate::dispatch::reply::Reply;
 use crate::dispatch::timeouts::TimedOut;
 use crate::error::BindError;
 use crate::error::ShedReason;
+use crate::handoff::HandoffError;
 use crate::http1::connection::serve;
 use crate::log;
 use crate::message::head::Version;
@@ -25,6 +26,7 @@ use crate::options::EngineOptions;
 use crate::shared::Shared;
 use crate::stats::{Stats, StatsSnapshot};
 use bytes::BytesMut;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -56,6 +58,8 @@ pub struct Engine {
     inline: std::sync::OnceLock<Arc<crate::inline::Inline>>,
     lifecycle: Mutex<Lifecycle>,
     stopped: Condvar,
+    /// The WebSocket worker's end of the hand-off socket, taken by `start`.
+    handoff_from: Mutex<Option<OwnedFd>>,
 }
 
 struct ConnGuard(Arc<Shared>);
@@ -119,9 +123,20 @@ impl Engine {
             None => None,
         };
         let observe = observer(&opts)?;
+        let inherited = |name: &str, fd: Option<i32>| {
+            fd.map(crate::sys::duplicate)
+                .transpose()
+                .map_err(|e| BindError::Invalid {
+                    uri: name.to_string(),
+                    reason: e.to_string(),
+                })
+        };
+        let handoff_to = inherited("handoff_to_fd", opts.handoff_to_fd)?;
+        let handoff_from = inherited("handoff_from_fd", opts.handoff_from_fd)?;
         let mut shared = Shared::new(opts, routes);
         shared.public = public;
         shared.observe = observe;
+        shared.handoff = handoff_to.map(crate::handoff::HandoffTarget::new);
         Ok(Engine {
             shared: Arc::new(shared),
             listeners: Mutex::new(listeners),
@@ -131,7 +146,17 @@ impl Engine {
             inline: std::sync::OnceLock::new(),
             lifecycle: Mutex::new(Lifecycle::default()),
             stopped: Condvar::new(),
+            handoff_from: Mutex::new(handoff_from),
         })
+    }
+
+    /// `websocket_worker`, in an HTTP worker: whether upgrade requests go
+    /// to the WebSocket worker (the master says when it is up). No-op
+    /// without a hand-off socket.
+    pub fn set_handoff(&self, on: bool) {
+        if let Some(target) = &self.shared.handoff {
+            target.set_on(on);
+        }
     }
 
     pub fn addresses(&self) -> &[String] {
@@ -293,6 +318,9 @@ impl Engine {
                     runtime.spawn(accept_unix(listener, path, info, route, shared));
                 }
             }
+        }
+        if let Some(socket) = self.handoff_from.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            runtime.spawn(accept_handoffs(socket, self.shared.clone()));
         }
         let engine = self.clone();
         runtime.spawn(async move { engine.supervise_stop().await });
@@ -603,7 +631,7 @@ fn dispatch<T: ClientIo>(io: T, conn: Arc<ConnInfo>, route: &Route, shared: &Arc
         return spawn_proxied(io, conn, route.protocol.clone(), proxy.clone(), shared);
     }
     match &route.protocol {
-        Protocol::Http1 => spawn_connection(io, conn, shared),
+        Protocol::Http1 => spawn_connection(io, conn, shared, BytesMut::with_capacity(READ_CHUNK)),
         Protocol::H2c => spawn_h2c(io, conn, shared),
         Protocol::Tls(tls) => spawn_tls(io, conn, tls.config(), shared),
     }
@@ -687,6 +715,64 @@ async fn accept_tcp(
             }
         }
     }
+}
+
+/// `websocket_worker`, in the WebSocket worker: takes every connection the
+/// HTTP workers hand over (`net/handoff.rs`) until the engine stops, and
+/// serves each as an accepted one, the handed bytes as its first read.
+async fn accept_handoffs(socket: OwnedFd, shared: Arc<Shared>) {
+    let socket = match crate::sys::register_readable(std::os::unix::net::UnixDatagram::from(socket)) {
+        Ok(socket) => socket,
+        Err(e) => return log::error(&format!("WebSocket hand-offs cannot be received: {e}")),
+    };
+    let stop = shared.stop_notify.notified();
+    tokio::pin!(stop);
+    stop.as_mut().enable();
+    let mut buf = vec![0u8; crate::handoff::MAX_PAYLOAD];
+    while !shared.is_stopping() {
+        let mut ready = tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            ready = socket.readable() => match ready {
+                Ok(ready) => ready,
+                Err(e) => return log::error(&format!("WebSocket hand-offs stopped: {e}")),
+            },
+        };
+        // Everything queued, then back to waiting.
+        loop {
+            match crate::handoff::receive(socket.get_ref().as_fd(), &mut buf) {
+                Ok((mut handed, client)) => {
+                    Stats::bump(&shared.stats.handoffs_received);
+                    let conn = handed.conn(shared.opts.trust_forwarded_proto, &shared.opts.remote_address);
+                    if let Err(e) = serve_handed(client, conn, handed.take_bytes(), &shared) {
+                        log::warn(&format!("a handed-over connection could not be served: {e}"));
+                    }
+                }
+                Err(HandoffError::Socket(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    ready.clear_ready();
+                    break;
+                }
+                Err(e) => {
+                    Stats::bump(&shared.stats.handoffs_refused);
+                    log::warn(&format!("WebSocket hand-off dropped: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// A handed-over socket is TCP, or UNIX from a `unix://` bind.
+fn serve_handed(client: OwnedFd, conn: Arc<ConnInfo>, buf: BytesMut, shared: &Arc<Shared>) -> std::io::Result<()> {
+    if socket2::SockRef::from(&client).domain()? == socket2::Domain::UNIX {
+        let std = std::os::unix::net::UnixStream::from(client);
+        std.set_nonblocking(true)?;
+        spawn_connection(tokio::net::UnixStream::from_std(std)?, conn, shared, buf);
+    } else {
+        let std = std::net::TcpStream::from(client);
+        std.set_nonblocking(true)?;
+        spawn_connection(tokio::net::TcpStream::from_std(std)?, conn, shared, buf);
+    }
+    Ok(())
 }
 
 async fn accept_unix(
@@ -778,7 +864,7 @@ where
 fn spawn_h2c<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
     if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
         // Answered as on a plain bind: most clients here speak HTTP/1.
-        return spawn_connection(io, conn, shared);
+        return spawn_connection(io, conn, shared, BytesMut::with_capacity(READ_CHUNK));
     }
     let guard = conn_guard(shared);
     let shared = shared.clone();
@@ -805,7 +891,9 @@ async fn serve_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shar
     }
 }
 
-fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>) {
+/// `buf`: bytes already read for it (a connection handed over by another
+/// worker, `net/handoff.rs`), looked at first.
+pub(crate) fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>, buf: BytesMut) {
     if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
         return shed_connection(io, &conn, shared);
     }
@@ -813,7 +901,7 @@ fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared
     let shared = shared.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        serve(io, conn, shared, BytesMut::with_capacity(READ_CHUNK)).await;
+        serve(io, conn, shared, buf).await;
     });
 }
 

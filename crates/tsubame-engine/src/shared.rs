@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub upgrades: crate::upgrade::Registry,
     pub upgrade_events: crate::upgrade::EventQueue,
     pub(crate) upgrade_settings: crate::upgrade::Settings,
+    /// An HTTP worker's way to the WebSocket worker (`websocket_worker`).
+    pub(crate) handoff: Option<crate::handoff::HandoffTarget>,
 }
 
 impl Shared {
@@ -91,6 +93,7 @@ impl Shared {
             upgrades: crate::upgrade::Registry::default(),
             upgrade_events: crate::upgrade::EventQueue::default(),
             upgrade_settings,
+            handoff: None,
         }
     }
 

@@ -42,6 +42,15 @@ pub struct Stats {
     /// Inline mode: turns the I/O thread drove because the app thread was
     /// busy (`inline.rs`).
     pub inline_takeovers: AtomicU64,
+    /// `websocket_worker`: upgrade requests this HTTP worker handed to the
+    /// WebSocket worker, and ones it served itself because the hand-off
+    /// failed (`net/handoff.rs`) ...
+    pub handoffs_sent: AtomicU64,
+    pub handoffs_failed: AtomicU64,
+    /// ... and connections the WebSocket worker took, or dropped as
+    /// malformed.
+    pub handoffs_received: AtomicU64,
+    pub handoffs_refused: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +75,10 @@ pub struct StatsSnapshot {
     pub stuck_threads: u64,
     pub proxy_refused: u64,
     pub inline_takeovers: u64,
+    pub handoffs_sent: u64,
+    pub handoffs_failed: u64,
+    pub handoffs_received: u64,
+    pub handoffs_refused: u64,
     pub backlog: u64,
 }
 
@@ -108,6 +121,10 @@ impl Stats {
             stuck_threads: get(&self.stuck_threads),
             proxy_refused: get(&self.proxy_refused),
             inline_takeovers: get(&self.inline_takeovers),
+            handoffs_sent: get(&self.handoffs_sent),
+            handoffs_failed: get(&self.handoffs_failed),
+            handoffs_received: get(&self.handoffs_received),
+            handoffs_refused: get(&self.handoffs_refused),
             backlog: backlog as u64,
         }
     }

@@ -12,6 +12,7 @@ mod sealed {
     pub trait Sealed {}
     impl Sealed for std::net::TcpListener {}
     impl Sealed for std::os::unix::net::UnixListener {}
+    impl Sealed for std::os::unix::net::UnixDatagram {}
 }
 
 /// A listener that owns its descriptor and reports that same descriptor
@@ -20,6 +21,9 @@ mod sealed {
 pub trait OwnedListener: AsRawFd + sealed::Sealed {}
 impl OwnedListener for std::net::TcpListener {}
 impl OwnedListener for std::os::unix::net::UnixListener {}
+/// The hand-off socket a WebSocket worker reads (`net/handoff.rs`): not a
+/// listener, but it owns its descriptor just the same.
+impl OwnedListener for std::os::unix::net::UnixDatagram {}
 
 /// Registers `listener` with the current tokio reactor for readability.
 /// Needs a runtime context.
@@ -179,6 +183,112 @@ pub fn send_nonblocking(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+/// sendmsg(2) of one datagram, `payload`, carrying the descriptor `fd`
+/// (SCM_RIGHTS), on the UNIX datagram socket `socket`, without waiting: a
+/// full socket answers `WouldBlock`. The receiving process gets its own
+/// descriptor for the same open socket (`net/handoff.rs`). `fd` is passed
+/// as a number: the kernel looks it up, and one that is not open gives
+/// EBADF.
+pub(crate) fn send_with_fd(socket: BorrowedFd<'_>, fd: RawFd, payload: &[u8]) -> io::Result<()> {
+    let space = cmsg_space_for_one_fd();
+    let mut control = vec![0u8; space];
+    // SAFETY: `msghdr` and `iovec` are plain C structs for which all zeroes
+    // is valid. The iovec describes `payload`, a live slice that sendmsg
+    // only reads. `control` is a live buffer of CMSG_SPACE(sizeof(int))
+    // bytes, enough for the one header written into it: CMSG_FIRSTHDR of a
+    // msghdr whose control length is that size is non-null and points at
+    // its start, and CMSG_DATA leaves room for exactly one int, which is
+    // written unaligned (a Vec<u8> promises no alignment). The socket is
+    // borrowed, so it stays open for the call.
+    let n = unsafe {
+        let mut iov = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let header = libc::CMSG_FIRSTHDR(&msg);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), fd);
+        libc::sendmsg(socket.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != payload.len() {
+        // A datagram goes whole or not at all; anything else is a bug.
+        return Err(io::ErrorKind::WriteZero.into());
+    }
+    Ok(())
+}
+
+/// recvmsg(2) of one datagram from the UNIX datagram socket `socket` into
+/// `buf`, without waiting, with the descriptor it carries if any (made
+/// close-on-exec). Returns the datagram's length and the descriptor. A
+/// datagram longer than `buf` gives `InvalidData` (its descriptor, if
+/// any, is closed); so does one with more than one descriptor, all of
+/// which are closed.
+pub(crate) fn recv_with_fd(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    // Room for a few descriptors, so a sender that passes more than one
+    // is seen (and its descriptors closed) rather than silently cut.
+    let space = cmsg_space_for_one_fd() * 4;
+    let mut control = vec![0u8; space];
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: as in `send_with_fd`: zeroed C structs, an iovec over `buf`
+    // (live, and recvmsg writes at most its length into it) and a control
+    // buffer of `space` bytes. After the call the kernel has set
+    // msg_controllen to the bytes it wrote, and CMSG_FIRSTHDR/CMSG_NXTHDR
+    // walk only headers within it; each SCM_RIGHTS header's data holds
+    // (cmsg_len - CMSG_LEN(0)) / sizeof(int) descriptors the kernel just
+    // installed in this process, owned by nobody else, read unaligned.
+    let (n, flags) = unsafe {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let n = libc::recvmsg(
+            socket.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        );
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut header = libc::CMSG_FIRSTHDR(&msg);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<RawFd>();
+                let count = ((*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    fds.push(<OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&msg, header);
+        }
+        (n as usize, msg.msg_flags)
+    };
+    if flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 || fds.len() > 1 {
+        return Err(io::ErrorKind::InvalidData.into());
+    }
+    Ok((n, fds.pop()))
+}
+
+fn cmsg_space_for_one_fd() -> usize {
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize }
 }
 
 /// openat2(2) of `path` under the directory `dir` with RESOLVE_BENEATH

@@ -53,6 +53,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("start", method!(server::Server::start, 0))?;
     server.define_method("stop", method!(server::Server::stop, 0))?;
     server.define_method("enter_lame_duck", method!(server::Server::enter_lame_duck, 0))?;
+    server.define_method("handoff=", method!(server::Server::set_handoff, 1))?;
     server.define_method("next_request", method!(server::Server::next_request, 0))?;
     server.define_method("wait", method!(server::Server::wait, 0))?;
     server.define_method("stats", method!(server::Server::stats, 0))?;

@@ -50,6 +50,8 @@ const OPTION_KEYS: &[&str] = &[
     "request_id",
     "request_start_header",
     "worker_index",
+    "handoff_to_fd",
+    "handoff_from_fd",
     "tcp_nodelay",
     "request_timeout",
     "request_timeout_grace",
@@ -206,6 +208,8 @@ fn engine_options(ruby: &Ruby, hash: RHash) -> Result<EngineOptions, Error> {
         request_id: r.get("request_id")?.unwrap_or(d.request_id),
         request_start_header: r.get("request_start_header")?.unwrap_or(d.request_start_header),
         worker_index: r.get("worker_index")?,
+        handoff_to_fd: r.get("handoff_to_fd")?,
+        handoff_from_fd: r.get("handoff_from_fd")?,
         tcp_nodelay: r.get("tcp_nodelay")?.unwrap_or(d.tcp_nodelay),
         request_timeout: r.optional_seconds("request_timeout", d.request_timeout)?,
         request_timeout_grace: r.seconds("request_timeout_grace", d.request_timeout_grace)?,
@@ -380,6 +384,12 @@ impl Server {
 
     /// The lame-duck period before a stop (`shutdown_delay`): readiness
     /// answers 503 while requests are still served. Safe in a trap handler.
+    /// `websocket_worker`: the master says whether the WebSocket worker
+    /// is up, so upgrade requests go to it (or stay here).
+    pub fn set_handoff(&self, on: bool) {
+        self.engine.set_handoff(on);
+    }
+
     pub fn enter_lame_duck(&self) {
         self.engine.enter_lame_duck();
     }
@@ -477,6 +487,10 @@ impl Server {
         hash.aset("proxy_refused", s.proxy_refused)?;
         hash.aset("inline", rb_self.engine.inline().is_some())?;
         hash.aset("inline_takeovers", s.inline_takeovers)?;
+        hash.aset("handoffs_sent", s.handoffs_sent)?;
+        hash.aset("handoffs_failed", s.handoffs_failed)?;
+        hash.aset("handoffs_received", s.handoffs_received)?;
+        hash.aset("handoffs_refused", s.handoffs_refused)?;
         let shed = ruby.hash_new();
         shed.aset("queue_full", s.shed_queue_full)?;
         shed.aset("queue_timeout", s.shed_queue_timeout)?;

@@ -19,6 +19,7 @@ require "tsubame/cluster/worker_link"
 require "tsubame/cluster/fork_link"
 require "tsubame/cluster/reforking"
 require "tsubame/cluster/worker_events"
+require "tsubame/cluster/websocket_handoff"
 require "tsubame/control/run_files"
 require "tsubame/control/process_sample"
 require "tsubame/support/process_info"
@@ -96,6 +97,10 @@ module Tsubame
       # A hot restart's pre-flight check under way (HotRestartCheck).
       @restart_check = nil
       @idle = IdleTimeout.new(options[:idle_timeout]) if options[:idle_timeout]
+      # websocket_worker: the hand-off socket (made in #run) and whether
+      # the HTTP workers were last told to use it.
+      @handoff = nil
+      @handoff_on = false
     end
 
     # Returns the exit status once every worker has stopped.
@@ -108,6 +113,7 @@ module Tsubame
       # Before any fork: workers inherit one session-ticket secret, so a
       # client resumes its TLS session on whichever worker it reaches.
       Native.seed_tls_tickets
+      @handoff = WebsocketHandoff.new if @options[:websocket_worker]
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
@@ -138,12 +144,18 @@ module Tsubame
 
     # The control app's /stats: Puma's fields, then Tsubame's.
     def stats
-      workers = @lock.synchronize { @workers.dup }
+      all = @lock.synchronize { @workers.dup }
+      # Puma's fields count the HTTP workers; the WebSocket worker has a
+      # field of its own.
+      websocket, workers = all.partition(&:websocket?)
       active = workers.select(&:active?)
       statuses = workers.reject(&:adopted?).sort_by { |w| [w.index, w.started_at] }.map(&:to_status)
+      websocket_status = websocket.max_by(&:started_at)&.to_status
       # Read now, not at the last check-in: what an operator (or a
       # benchmark) asks about is the memory at this moment.
-      statuses.each { |status| status["memory"] = status["pid"] && ProcessInfo.memory(status["pid"]) }
+      (statuses + [websocket_status].compact).each do |status|
+        status["memory"] = status["pid"] && ProcessInfo.memory(status["pid"])
+      end
       {
         "started_at" => @started_at.utc.iso8601,
         "workers" => active.size,
@@ -158,10 +170,11 @@ module Tsubame
         "worker_kills" => @worker_kills,
         "fork_worker" => @options[:fork_worker],
         "master_memory" => ProcessInfo.memory(Process.pid),
-        "workers_memory" => memory_total(statuses),
+        "workers_memory" => memory_total(statuses + [websocket_status].compact),
+        "websocket_worker" => websocket_status,
         "worker_events" => @events.to_h,
         "publish" => { "relayed" => @publish_relayed, "dropped" => @publish_dropped,
-                       "buffered_bytes" => workers.sum { |w| w.link ? w.link.pending_bytes : 0 } },
+                       "buffered_bytes" => all.sum { |w| w.link ? w.link.pending_bytes : 0 } },
         "versions" => { "tsubame" => VERSION, "ruby" => RUBY_DESCRIPTION }
       }
     end
@@ -438,6 +451,7 @@ module Tsubame
         old.replaced!
         stop_worker(old, "replaced by PID #{worker.pid}")
       end
+      worker.websocket? ? update_handoff : tell_handoff([worker])
       return if @all_booted || !all_booted?
 
       @all_booted = true
@@ -530,6 +544,7 @@ module Tsubame
         boot_failed(worker, how)
       end
       forget_replacement(worker)
+      update_handoff
       worker.process_status = status
       Hooks.run_logged(@options[:after_worker_shutdown], "after_worker_shutdown", @log, worker)
     end
@@ -776,14 +791,15 @@ module Tsubame
     # takes a freed index, so indexes stay 0...count. Worker 0 stays under
     # fork_worker: the others are forked from it.
     def cull_workers
-      active = @workers.select(&:active?).sort_by(&:started_at)
+      serving = @workers.select { |w| w.active? && !w.websocket? }
+      active = serving.sort_by(&:started_at)
       active.reject! { |w| w.index == 0 } if fork_worker?
-      excess = @workers.count(&:active?) - @wanted
+      excess = serving.size - @wanted
       return unless excess.positive?
 
       culled = @options[:worker_culling_strategy] == :oldest ? active.first(excess) : active.last(excess)
       culled.each { |w| stop_worker(w, "worker count lowered (#{@options[:worker_culling_strategy]} culled)") }
-      kept = @workers.select(&:active?)
+      kept = @workers.select { |w| w.active? && !w.websocket? }
       free = (0...@wanted).reject { |index| kept.any? { |w| w.index == index } }
       kept.select { |w| w.index >= @wanted }.zip(free).each do |worker, index|
         @log.info("- #{worker.describe} now serves as worker #{index}")
@@ -805,9 +821,12 @@ module Tsubame
       return if monotonic < @respawn_at
 
       missing = (0...@wanted).reject { |index| @workers.any? { |w| w.index == index && w.active? } }
+      missing << WebsocketHandoff::INDEX if @handoff && @workers.none? { |w| w.websocket? && w.active? }
       return missing.each { |index| spawn(index) } unless fork_worker?
 
       spawn(0) if missing.delete(0)
+      # From the master, as worker 0 is: it is not one of worker 0's forks.
+      spawn(WebsocketHandoff::INDEX) if missing.delete(WebsocketHandoff::INDEX)
       fork_missing(missing)
     end
 
@@ -822,10 +841,10 @@ module Tsubame
 
     def spawn(index)
       # Forked by worker 0 (nil until it serves).
-      return fork_missing([index])&.first if fork_worker? && !index.zero?
+      return fork_missing([index])&.first if fork_worker? && index.positive?
 
       master_end, worker_end = WorkerLink.pair
-      fork_master, fork_worker_end = fork_worker? ? ForkLink.pair : [nil, nil]
+      fork_master, fork_worker_end = fork_worker? && index.zero? ? ForkLink.pair : [nil, nil]
       Hooks.run_logged(@options[:before_worker_fork], "before_worker_fork", @log, index)
       compact_before_fork if @options[:nakayoshi_fork] && @app
       pid = begin
@@ -861,9 +880,17 @@ module Tsubame
       @metrics_server&.close_in_child
       @restart_file = nil
       tag = @options[:tag] ? " [#{@options[:tag]}]" : ""
-      Process.setproctitle("tsubame: cluster worker #{index}: #{@master_pid}#{tag}")
+      websocket = index == WebsocketHandoff::INDEX
+      Process.setproctitle("tsubame: cluster #{websocket ? "websocket worker" : "worker #{index}"}: #{@master_pid}#{tag}")
+      listeners = @listeners.for_worker
+      if websocket
+        # It accepts nothing: its connections are handed to it.
+        listeners.close
+        listeners = Listeners.new([], owner: false)
+      end
       Worker.new(index: index, phase: @phase, master_pid: @master_pid, options: @options,
-                 listeners: @listeners.for_worker, link: link, app: @app, log: @log, fork_link: fork_link).run
+                 listeners: listeners, link: link, app: @app, log: @log, fork_link: fork_link,
+                 handoff: @handoff&.native_options(index)).run
     rescue Exception => e # rubocop:disable Lint/RescueException
       raise if e.is_a?(SystemExit)
 
@@ -907,7 +934,33 @@ module Tsubame
       return if worker.stopping?
 
       worker.stopping!(reason, shutdown_timeout)
+      update_handoff
       signal(worker, "TERM")
+    end
+
+    # websocket_worker: the HTTP workers hand upgrade requests over only
+    # while a WebSocket worker has booted and is not stopping (a datagram
+    # sent to none would wait in the socket for the next one's boot).
+    # Told to every HTTP worker when that changes, and to each as it boots.
+    def update_handoff
+      return unless @handoff
+
+      on = @workers.any? { |w| w.websocket? && w.active? && w.booted? }
+      return if on == @handoff_on
+
+      @handoff_on = on
+      @log.info("- WebSocket connections #{on ? "go to the WebSocket worker" : "are served by every worker until it is back"}")
+      tell_handoff(@workers)
+    end
+
+    def tell_handoff(workers)
+      return unless @handoff
+
+      workers.each do |w|
+        next if w.websocket? || !w.booted? || w.link.nil? || w.link.closed?
+
+        w.link.post("type" => "handoff", "on" => @handoff_on)
+      end
     end
 
     def halt_worker(worker)
@@ -951,6 +1004,7 @@ module Tsubame
       @restart_check&.abandon
       @workers.each { |w| signal(w, "TERM") }
       @listeners&.close
+      @handoff&.close
       @control&.stop
       @metrics_server&.stop
       RunFiles.remove(@options)

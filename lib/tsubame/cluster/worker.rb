@@ -25,8 +25,10 @@ module Tsubame
     # fork_link: worker 0's end of the ForkLink under fork_worker (it forks
     # the other workers). forked: this worker was forked by worker 0, so
     # its parent is worker 0, not the master.
+    # handoff: the engine options of websocket_worker
+    # (WebsocketHandoff#native_options), nil without it.
     def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:, fork_link: nil,
-                   forked: false)
+                   forked: false, handoff: nil)
       @index = index
       @phase = phase
       @master_pid = master_pid
@@ -42,6 +44,9 @@ module Tsubame
       @hook_data = {}
       @stop_requested = false
       @forked = forked
+      @handoff = handoff
+      # Whether the WebSocket worker is up, as the master last said.
+      @handoff_on = false
       @mold = fork_link && Mold.new(self, fork_link, log)
       # Requests served by the servers this process ran before the current
       # one (worker 0 runs a new one after each fork cycle).
@@ -92,8 +97,9 @@ module Tsubame
     def start_server
       @server = Server.new(@app, @options, listeners: @listeners,
                                            busy_accept_delay: @options[:wait_for_less_busy_worker],
-                                           worker_index: @index)
+                                           worker_index: @index, handoff: @handoff)
       @server.start
+      @server.handoff = @handoff_on if @handoff&.key?(:handoff_to_fd)
       @server.upgrades.relay = ->(publish) { @link.send(publish) }
     end
 
@@ -205,6 +211,7 @@ module Tsubame
     def answer(message)
       # Another worker's Tsubame.publish: delivered here, nothing to reply.
       return @server.upgrades.deliver(message) if message["type"] == "publish"
+      return handoff(message["on"] == true) if message["type"] == "handoff"
 
       data =
         case message["type"]
@@ -221,6 +228,12 @@ module Tsubame
         else { "error" => "unknown request #{message["type"].inspect}" }
         end
       @link.send("type" => "reply", "id" => message["id"], "pid" => Process.pid, "data" => data)
+    end
+
+    # websocket_worker: the master says whether the WebSocket worker is up.
+    def handoff(on)
+      @handoff_on = on
+      @server.handoff = on if @handoff&.key?(:handoff_to_fd)
     end
 
     def backtraces

@@ -2,6 +2,7 @@
 
 require "time"
 require "tsubame/support/clock"
+require "tsubame/cluster/websocket_handoff"
 
 module Tsubame
   # The master's record of one worker process.
@@ -56,6 +57,12 @@ module Tsubame
 
     def adopted?
       @adopted
+    end
+
+    # The WebSocket worker (websocket_worker): it takes no connection from
+    # the listeners, only the upgrade requests the others hand it.
+    def websocket?
+      @index == WebsocketHandoff::INDEX
     end
 
     def forked?
@@ -146,12 +153,15 @@ module Tsubame
         "last_status" => @last_status,
         "rss_mb" => @rss_mb,
         "stopping" => stopping?,
+        "role" => websocket? ? "websocket" : "http",
         "publish_dropped" => @link ? @link.dropped : 0
       }
     end
 
     def describe
-      adopted? ? "Old worker (PID: #{@pid})" : "Worker #{@index} (PID: #{@pid || "not forked yet"})"
+      return "Old worker (PID: #{@pid})" if adopted?
+
+      "#{websocket? ? "WebSocket worker" : "Worker #{@index}"} (PID: #{@pid || "not forked yet"})"
     end
 
     private

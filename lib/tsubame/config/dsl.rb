@@ -416,6 +416,12 @@ module Tsubame
       set(:publish_buffer, bytes)
     end
 
+    # Cluster mode: a worker of its own for WebSocket connections; the
+    # others hand it every upgrade request they read (docs/REALTIME.md).
+    def websocket_worker(enabled = true)
+      set(:websocket_worker, enabled)
+    end
+
     # On TERM/INT: readiness answers 503 at once, serving goes on for this
     # long, then the drain (docs/OVERLOAD.md, "Stopping behind a balancer").
     def shutdown_delay(seconds)

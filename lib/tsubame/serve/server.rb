@@ -58,7 +58,9 @@ module Tsubame
     # to hold back from a new connection while no thread is idle, so an
     # idle worker takes it first.
     # worker_index: a cluster worker's index, for the access log.
-    def initialize(app, options, listeners: nil, busy_accept_delay: nil, worker_index: nil)
+    # handoff: the engine options of a cluster worker under
+    # websocket_worker (WebsocketHandoff#native_options).
+    def initialize(app, options, listeners: nil, busy_accept_delay: nil, worker_index: nil, handoff: nil)
       @app = app
       if (logger = options[:custom_logger]) && options[:log_requests] && !options[:quiet]
         @app = CustomLogger::RequestLog.new(app, logger)
@@ -66,6 +68,7 @@ module Tsubame
       @worker_index = worker_index
       @options = options
       @listeners = listeners
+      @handoff = handoff
       @busy_accept_delay = busy_accept_delay
       @native = nil
       @fiber_mode = false
@@ -87,7 +90,8 @@ module Tsubame
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
-        native[:worker_index] = @worker_index if @worker_index
+        native[:worker_index] = @worker_index if @worker_index&.>=(0)
+        native.merge!(@handoff) if @handoff
         @fiber_mode = native[:fiber_scheduler]
         Native.rack3 = RACK3
         Native::Server.new(native)
@@ -98,6 +102,13 @@ module Tsubame
     def listeners
       bind
       @listeners
+    end
+
+    # websocket_worker, in an HTTP worker: whether upgrade requests go to
+    # the WebSocket worker (the master says when it is up).
+    def handoff=(on)
+      bind
+      @native.handoff = on
     end
 
     def tls?

@@ -96,6 +96,24 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             let e = HttpError::NotImplemented("request method not supported");
             return refuse(&mut io, &mut buf, &shared, &conn, e).await;
         }
+        // `websocket_worker`: the connection goes to the WebSocket worker,
+        // this request first; served here if it cannot.
+        if let (Some(target), Some(fd)) = (shared.handoff.as_ref(), io.plain_socket()) {
+            if target.takes(&head) {
+                match target.send(fd, &conn, &head, &buf) {
+                    Ok(()) => {
+                        Stats::bump(&shared.stats.handoffs_sent);
+                        return;
+                    }
+                    Err(e) => {
+                        Stats::bump(&shared.stats.handoffs_failed);
+                        if shared.opts.log_requests {
+                            log::warn(&format!("{} served here: {e}", conn.peer_addr));
+                        }
+                    }
+                }
+            }
+        }
         // `max_keep_alive`: the response to the last request allowed
         // closes the connection, as Puma does.
         let within_limit = shared.opts.max_keep_alive.is_none_or(|max| served < max);

@@ -1,0 +1,207 @@
+# frozen_string_literal: true
+
+require "test_helper"
+require "json"
+require "cluster/support"
+require "upgrade/support"
+
+# websocket_worker (docs/REALTIME.md): in cluster mode one more worker
+# serves every WebSocket connection; the HTTP workers hand it each upgrade
+# request they read, socket and bytes.
+class WebsocketWorkerTest < Minitest::Test
+  include Tsubame::TestHelpers
+  include Tsubame::ClusterHelpers
+
+  # A rack.upgrade handler that says, on open, which process serves it and
+  # what the request looked like there; "pid" asks again. Plain requests
+  # answer the pid.
+  APP = <<~'RUBY'
+    require "json"
+    handler = Class.new do
+      def initialize(env)
+        @seen = { "pid" => Process.pid, "query" => env["QUERY_STRING"], "x_test" => env["HTTP_X_TEST"],
+                  "remote_addr" => env["REMOTE_ADDR"], "server_port" => env["SERVER_PORT"],
+                  "path" => env["PATH_INFO"] }
+      end
+
+      def on_open(conn)
+        conn.write(JSON.generate(@seen))
+      end
+
+      def on_message(conn, data)
+        conn.write(data == "pid" ? Process.pid.to_s : data)
+      end
+    end
+    run lambda { |env|
+      if env["rack.upgrade?"] == :websocket
+        env["rack.upgrade"] = handler.new(env)
+        [200, {}, []]
+      else
+        pid = Process.pid.to_s
+        [200, { "content-type" => "text/plain", "content-length" => pid.bytesize.to_s }, [pid]]
+      end
+    }
+  RUBY
+
+  CONFIG = "worker_check_interval 0.5\n"
+
+  def start(**opts)
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG, args: ["--websocket-worker"], **opts)
+    ws_pid = wait_for_websocket_worker(server)
+    [server, ws_pid]
+  end
+
+  # The pid of a booted WebSocket worker once the HTTP workers were told to
+  # hand it upgrades (not `other_than`).
+  def wait_for_websocket_worker(server, other_than: nil, handoffs: 1)
+    server.wait_until(20, "a booted WebSocket worker") do
+      ws = server.stats["websocket_worker"]
+      ready = server.stdout.scan("WebSocket connections go to the WebSocket worker").size >= handoffs
+      ws["pid"] if ws && ws["booted"] && !ws["stopping"] && ws["pid"] != other_than && ready
+    end
+  end
+
+  def ws_client(server, **opts)
+    client = Tsubame::UpgradeSupport::Client.new(server.port, **opts)
+    assert client.accepted?, client.response_head
+    client
+  end
+
+  def opened(client)
+    JSON.parse(client.read_message || flunk("no message after the handshake"))
+  end
+
+  def test_websocket_connections_go_to_the_websocket_worker_and_plain_requests_never_do
+    server, ws_pid = start
+    stats = server.stats
+    assert_equal 2, stats["workers"], "Puma's worker count is the HTTP workers'"
+    assert_equal %w[http http], stats["worker_status"].map { |w| w["role"] }
+    assert_equal "websocket", stats["websocket_worker"]["role"]
+    http_pids = server.booted_workers.values
+    refute_includes http_pids, ws_pid
+
+    plain = Array.new(20) { get_pid(server) }
+    assert((plain - http_pids).empty?, "plain requests served by #{plain.uniq} (HTTP workers #{http_pids})")
+
+    10.times do |i|
+      client = ws_client(server, path: "/ws/#{i}?n=#{i}", headers: { "X-Test" => "t#{i}" })
+      seen = opened(client)
+      assert_equal ws_pid, seen["pid"], "connection #{i} in #{seen["pid"]}"
+      assert_equal "n=#{i}", seen["query"]
+      assert_equal "/ws/#{i}", seen["path"]
+      assert_equal "t#{i}", seen["x_test"]
+      assert_equal "127.0.0.1", seen["remote_addr"]
+      assert_equal server.port.to_s, seen["server_port"]
+      client.text("pid")
+      assert_equal ws_pid.to_s, client.read_message
+      client.close
+    end
+
+    # A kept-alive connection upgrades after a plain request, and a frame
+    # the client sent right behind the upgrade request (in the same write)
+    # goes over with it.
+    sock = server.socket
+    sock.write("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = +""
+    Timeout.timeout(5) { head << sock.readpartial(4096) until head.match?(/\r\n\r\n\d+\z/) }
+    assert_match(/\AHTTP\/1.1 200/, head)
+    assert_includes server.booted_workers.values, head[/\d+\z/].to_i
+    key = Base64.strict_encode64(Random.bytes(16))
+    sock.write("GET /later HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" \
+               "Sec-WebSocket-Key: #{key}\r\nSec-WebSocket-Version: 13\r\n\r\n" +
+               Tsubame::UpgradeSupport.frame(0x1, "pid", fin: true, mask: true, rsv: 0))
+    got = +"".b
+    Timeout.timeout(5) { got << sock.readpartial(4096) until got.include?(ws_pid.to_s) && got.include?("/later") }
+    assert_match(/\AHTTP\/1.1 101/, got)
+    sock.close
+
+    # The counters: 11 handed over by the HTTP workers, 11 taken.
+    server.wait_until(10, "hand-off counters") do
+      stats = server.stats
+      sent = stats["worker_status"].sum { |w| w.dig("last_status", "engine", "handoffs_sent").to_i }
+      received = stats["websocket_worker"].dig("last_status", "engine", "handoffs_received").to_i
+      sent == 11 && received == 11
+    end
+  ensure
+    server&.kill
+  end
+
+  # Issue 25: a worker killed mid-broadcast loses only its own
+  # connections. Here the WebSocket worker dies: its clients see their
+  # connections end; upgrades made while it is gone are served (by the HTTP
+  # workers, or by its replacement once it boots); afterwards they go to
+  # the replacement.
+  def test_a_killed_websocket_worker_loses_only_its_connections_and_nothing_else_fails
+    server, ws_pid = start
+    clients = Array.new(3) { ws_client(server) }
+    clients.each { |c| assert_equal ws_pid, opened(c)["pid"] }
+    Process.kill("KILL", ws_pid)
+    clients.each { |c| assert c.eof?(5), "a connection of the killed worker stayed open" }
+
+    served_by = []
+    plain = []
+    deadline = monotonic + 20
+    # At least once right after the kill, then until the replacement is up.
+    loop do
+      client = ws_client(server)
+      served_by << opened(client)["pid"]
+      client.close
+      plain << get_pid(server)
+      replacement = server.stats["websocket_worker"]
+      break if replacement && replacement["booted"] && replacement["pid"] != ws_pid &&
+               server.stdout.scan("WebSocket connections go to the WebSocket worker").size >= 2
+      flunk "no replacement WebSocket worker\n#{server.stdout}" if monotonic > deadline
+    end
+    refute_includes served_by, ws_pid
+    refute_includes plain, 0
+    assert_match(/WebSocket worker \(PID: #{ws_pid}\) died/, server.stderr)
+    assert_match(/WebSocket connections are served by every worker until it is back/, server.stdout)
+
+    new_pid = server.stats["websocket_worker"]["pid"]
+    5.times { assert_equal new_pid, opened(ws_client(server))["pid"] }
+  ensure
+    server&.kill
+  end
+
+  def test_a_phased_restart_replaces_the_websocket_worker_too
+    server, ws_pid = start
+    client = ws_client(server)
+    assert_equal ws_pid, opened(client)["pid"]
+    server.signal("USR1")
+    new_pid = wait_for_websocket_worker(server, other_than: ws_pid)
+    server.wait_until(30, "the phased restart to finish") { server.stdout.include?("Phased restart done") }
+    # The old worker drained and closed its connection (going away).
+    assert_equal 1001, client.read_close(timeout: 10)
+    assert_equal new_pid, opened(ws_client(server))["pid"]
+  ensure
+    server&.kill
+  end
+
+  # TLS stays where its handshake was made: a wss:// connection is served
+  # by the HTTP worker that accepted it.
+  def test_wss_connections_stay_in_the_worker_that_accepted_them
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG,
+                                             args: ["--websocket-worker", "--tls-self-signed", "-b", "ssl://127.0.0.1:0"])
+    ws_pid = wait_for_websocket_worker(server)
+    tls_port = server.addresses.find { |a| a.start_with?("https://") }[/:(\d+)\z/, 1].to_i
+    context = OpenSSL::SSL::SSLContext.new
+    context.verify_mode = OpenSSL::SSL::VERIFY_NONE
+    client = Tsubame::UpgradeSupport::Client.new(tls_port, tls: context)
+    assert client.accepted?, client.response_head
+    pid = opened(client)["pid"]
+    refute_equal ws_pid, pid
+    assert_includes server.booted_workers.values, pid
+    assert_equal ws_pid, opened(ws_client(server))["pid"], "plain ws:// still goes to the WebSocket worker"
+  ensure
+    server&.kill
+  end
+
+  def test_single_mode_warns_and_serves_websockets_itself
+    server = Tsubame::TestServer.new(APP, args: ["--websocket-worker"])
+    assert_match(/websocket_worker needs cluster mode/, server.stderr)
+    client = ws_client(server)
+    assert_equal server.pid, opened(client)["pid"]
+  ensure
+    server&.kill
+  end
+end
