@@ -7,8 +7,9 @@
 # on each of these servers, one after the other in every round:
 #
 #   tsubame-w2      -w 2, adapter: tsubame
-#   tsubame-w2-ws   -w 2 --websocket-worker, adapter: tsubame (a third
+#   tsubame-w2-ws   -w 2 --websocket-workers 1, adapter: tsubame (a third
 #                   worker holds every WebSocket connection)
+#   tsubame-w2-ws2  -w 2 --websocket-workers 2, adapter: tsubame
 #   tsubame-async   single process, adapter: async
 #   tsubame-w2-redis  -w 2, adapter: redis, on a redis-server this script
 #                   starts on loopback (Debian's redis-server, ruby-redis)
@@ -71,7 +72,8 @@ end
 
 ALL = {
   "tsubame-w2" => tsubame(2, "tsubame"),
-  "tsubame-w2-ws" => tsubame(2, "tsubame", "--websocket-worker"),
+  "tsubame-w2-ws" => tsubame(2, "tsubame", "--websocket-workers", "1"),
+  "tsubame-w2-ws2" => tsubame(2, "tsubame", "--websocket-workers", "2"),
   "tsubame-async" => tsubame(0, "async"),
   "tsubame-w2-redis" => tsubame(2, "redis"),
   "puma-async" => puma(0, "async"),
@@ -264,11 +266,14 @@ end
 ratio.call("time to last delivery", "tsubame-w2", "tsubame-async", "seconds")
 ratio.call("time to last delivery", "tsubame-w2-ws", "tsubame-async", "seconds")
 ratio.call("time to last delivery", "tsubame-w2-ws", "tsubame-w2-redis", "seconds")
+ratio.call("time to last delivery", "tsubame-w2-ws2", "tsubame-async", "seconds")
+ratio.call("time to last delivery", "tsubame-w2-ws2", "tsubame-w2-redis", "seconds")
 ratio.call("time to last delivery", "tsubame-w2", "tsubame-w2-redis", "seconds")
 ratio.call("time to last delivery", "tsubame-async", "puma-async", "seconds")
 ratio.call("/ping req/s while broadcasting", "tsubame-async", "puma-async", "rps_busy")
 ratio.call("/ping req/s while broadcasting", "tsubame-w2", "puma-w2-redis", "rps_busy")
 ratio.call("/ping req/s while broadcasting", "tsubame-w2-ws", "puma-w2-redis", "rps_busy")
+ratio.call("/ping req/s while broadcasting", "tsubame-w2-ws2", "puma-w2-redis", "rps_busy")
 NAMES.each do |name|
   m = medians[name]
   puts format("%-52s %.2f", "/ping p99 with clients / without: #{name}", m["p99_busy"] / m["p99_idle"]) if m["p99_idle"]&.positive?

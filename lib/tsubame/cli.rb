@@ -318,8 +318,8 @@ module Tsubame
       opts.on("--preload", "Load the app in the master before forking workers") do
         @options.set(:preload_app, true, layer: LAYER)
       end
-      opts.on("--websocket-worker", "Cluster mode: one more worker serves every WebSocket connection") do
-        @options.set(:websocket_worker, true, layer: LAYER)
+      opts.on("--websocket-workers N", "Cluster mode: N more workers serve every WebSocket connection (default 0)") do |n|
+        @options.set(:websocket_workers, n, layer: LAYER)
       end
       opts.on("--control-url URL", "Serve the control app on tcp://HOST:PORT or unix://PATH") do |url|
         @options.set(:control_url, url, layer: LAYER)

@@ -158,15 +158,15 @@ module Tsubame
       end
     end
 
-    # websocket_worker: every ActionCable client is held by the WebSocket
+    # websocket_workers 1: every ActionCable client is held by the WebSocket
     # worker, broadcasts made in the HTTP workers reach them all, and
     # when it is killed mid-series its clients reconnect (served by the
     # HTTP workers until its replacement is up) and hear the series' end.
     def test_websocket_worker_holds_every_actioncable_client
-      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS + ["--websocket-worker"], env: TSUBAME_ADAPTER) do |server|
+      with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS + ["--websocket-workers", "1"], env: TSUBAME_ADAPTER) do |server|
         ws_pid = server.wait_until(30, "the WebSocket worker") do
-          ws = server.stats["websocket_worker"]
-          ws["pid"] if ws&.dig("booted") && server.stdout.include?("go to the WebSocket worker")
+          ws = server.stats["websocket_workers"].first
+          ws["pid"] if ws&.dig("booted") && server.stdout.include?("go to the WebSocket workers")
         end
         http_pids = server.booted_workers.values
         cable_clients(server, 200) do |clients|
@@ -185,7 +185,7 @@ module Tsubame
           assert(result.all? { |c| c["last"] == 100 }, summary)
 
           server.wait_until(30, "a replacement WebSocket worker") do
-            ws = server.stats["websocket_worker"]
+            ws = server.stats["websocket_workers"].first
             ws && ws["booted"] && ws["pid"] != ws_pid
           end
           burst = clients.command("burst 1 20")

@@ -1,9 +1,9 @@
-//! `websocket_worker`: a cluster worker of its own for WebSocket
+//! `websocket_workers`: cluster workers of their own for WebSocket
 //! connections. An HTTP worker that reads a WebSocket upgrade request on a
-//! plain socket passes the socket and the request's bytes to the WebSocket
-//! worker over a UNIX datagram socket the master made before forking
-//! (SCM_RIGHTS), and forgets the connection; the WebSocket worker serves
-//! it from that request on as if it had accepted it. The long-lived
+//! plain socket passes the socket and the request's bytes over a UNIX
+//! datagram socket the master made before forking (SCM_RIGHTS), and
+//! forgets the connection; the WebSocket worker that reads the datagram
+//! serves it from that request on as if it had accepted it. The long-lived
 //! connections, and the garbage their app makes (ActionCable allocates per
 //! subscriber on every broadcast), then live in a process whose collector
 //! pauses no plain request.
@@ -11,7 +11,7 @@
 //! The receiving loop is the engine's (`server.rs`, beside the accept
 //! loops); this file is the format and the two system calls' users.
 //!
-//! A hand-off that cannot be made (the WebSocket worker is not up, the
+//! A hand-off that cannot be made (no WebSocket worker is up, the
 //! socket is full, the request is too large to pass) is not an error the
 //! client sees: the HTTP worker serves the request itself.
 
@@ -77,7 +77,7 @@ impl HandoffTarget {
         self.on.load(Ordering::Acquire)
     }
 
-    /// Whether this request goes to the WebSocket worker: a WebSocket
+    /// Whether this request goes to the WebSocket workers: a WebSocket
     /// upgrade (without a body: the handshake has none) while it is up.
     pub(crate) fn takes(&self, head: &RequestHead) -> bool {
         head.framing == Framing::None && self.is_on() && crate::ws::handshake::is_upgrade_request(head)
@@ -179,7 +179,7 @@ fn decode(payload: &[u8]) -> Result<Handed, HandoffError> {
     })
 }
 
-/// Reads the next datagram queued on the WebSocket worker's end without
+/// Reads the next datagram queued on the WebSocket workers' end without
 /// waiting: the socket and what came with it. `WouldBlock` when none is
 /// queued; a datagram that is not a hand-off is an error (its descriptor,
 /// if any, closed).

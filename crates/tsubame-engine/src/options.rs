@@ -45,11 +45,11 @@ pub struct EngineOptions {
     /// The cluster worker's index, for the access log; set by the worker,
     /// not a setting.
     pub worker_index: Option<u32>,
-    /// `websocket_worker` (`net/handoff.rs`), set by the cluster, not
+    /// `websocket_workers` (`handoff.rs`), set by the cluster, not
     /// settings: an HTTP worker's inherited descriptor of the datagram
     /// socket that upgrade requests are handed to ...
     pub handoff_to_fd: Option<i32>,
-    /// ... and the WebSocket worker's, that it takes them from.
+    /// ... and a WebSocket worker's, that it takes them from.
     pub handoff_from_fd: Option<i32>,
     pub tcp_nodelay: bool,
     /// Answer 503 when the app has not started its response by then.

@@ -150,8 +150,8 @@ impl Engine {
         })
     }
 
-    /// `websocket_worker`, in an HTTP worker: whether upgrade requests go
-    /// to the WebSocket worker (the master says when it is up). No-op
+    /// `websocket_workers`, in an HTTP worker: whether upgrade requests go
+    /// to the WebSocket workers (the master says when one is up). No-op
     /// without a hand-off socket.
     pub fn set_handoff(&self, on: bool) {
         if let Some(target) = &self.shared.handoff {
@@ -717,8 +717,8 @@ async fn accept_tcp(
     }
 }
 
-/// `websocket_worker`, in the WebSocket worker: takes every connection the
-/// HTTP workers hand over (`net/handoff.rs`) until the engine stops, and
+/// `websocket_workers`, in a WebSocket worker: takes every connection the
+/// HTTP workers hand over (`handoff.rs`) until the engine stops, and
 /// serves each as an accepted one, the handed bytes as its first read.
 async fn accept_handoffs(socket: OwnedFd, shared: Arc<Shared>) {
     let socket = match crate::sys::register_readable(std::os::unix::net::UnixDatagram::from(socket)) {
@@ -892,7 +892,7 @@ async fn serve_h2c<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: Arc<Shar
 }
 
 /// `buf`: bytes already read for it (a connection handed over by another
-/// worker, `net/handoff.rs`), looked at first.
+/// worker, `handoff.rs`), looked at first.
 pub(crate) fn spawn_connection<T: ClientIo>(io: T, conn: Arc<ConnInfo>, shared: &Arc<Shared>, buf: BytesMut) {
     if shared.stats.connections_active.load(Ordering::Acquire) >= shared.max_connections {
         return shed_connection(io, &conn, shared);

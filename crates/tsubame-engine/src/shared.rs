@@ -48,7 +48,7 @@ pub(crate) struct Shared {
     pub upgrades: crate::upgrade::Registry,
     pub upgrade_events: crate::upgrade::EventQueue,
     pub(crate) upgrade_settings: crate::upgrade::Settings,
-    /// An HTTP worker's way to the WebSocket worker (`websocket_worker`).
+    /// An HTTP worker's way to the WebSocket workers (`websocket_workers`).
     pub(crate) handoff: Option<crate::handoff::HandoffTarget>,
 }
 

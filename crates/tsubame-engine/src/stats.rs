@@ -42,12 +42,12 @@ pub struct Stats {
     /// Inline mode: turns the I/O thread drove because the app thread was
     /// busy (`inline.rs`).
     pub inline_takeovers: AtomicU64,
-    /// `websocket_worker`: upgrade requests this HTTP worker handed to the
-    /// WebSocket worker, and ones it served itself because the hand-off
-    /// failed (`net/handoff.rs`) ...
+    /// `websocket_workers`: upgrade requests this HTTP worker handed to the
+    /// WebSocket workers, and ones it served itself because the hand-off
+    /// failed (`handoff.rs`) ...
     pub handoffs_sent: AtomicU64,
     pub handoffs_failed: AtomicU64,
-    /// ... and connections the WebSocket worker took, or dropped as
+    /// ... and connections a WebSocket worker took, or dropped as
     /// malformed.
     pub handoffs_received: AtomicU64,
     pub handoffs_refused: AtomicU64,

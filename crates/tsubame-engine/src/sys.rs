@@ -21,7 +21,7 @@ mod sealed {
 pub trait OwnedListener: AsRawFd + sealed::Sealed {}
 impl OwnedListener for std::net::TcpListener {}
 impl OwnedListener for std::os::unix::net::UnixListener {}
-/// The hand-off socket a WebSocket worker reads (`net/handoff.rs`): not a
+/// The hand-off socket a WebSocket worker reads (`handoff.rs`): not a
 /// listener, but it owns its descriptor just the same.
 impl OwnedListener for std::os::unix::net::UnixDatagram {}
 
@@ -188,7 +188,7 @@ pub fn send_nonblocking(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize
 /// sendmsg(2) of one datagram, `payload`, carrying the descriptor `fd`
 /// (SCM_RIGHTS), on the UNIX datagram socket `socket`, without waiting: a
 /// full socket answers `WouldBlock`. The receiving process gets its own
-/// descriptor for the same open socket (`net/handoff.rs`). `fd` is passed
+/// descriptor for the same open socket (`handoff.rs`). `fd` is passed
 /// as a number: the kernel looks it up, and one that is not open gives
 /// EBADF.
 pub(crate) fn send_with_fd(socket: BorrowedFd<'_>, fd: RawFd, payload: &[u8]) -> io::Result<()> {

@@ -382,14 +382,14 @@ impl Server {
             .map_err(|e| Error::new(ruby.exception_runtime_error(), format!("cannot start the engine: {e}")))
     }
 
-    /// The lame-duck period before a stop (`shutdown_delay`): readiness
-    /// answers 503 while requests are still served. Safe in a trap handler.
-    /// `websocket_worker`: the master says whether the WebSocket worker
-    /// is up, so upgrade requests go to it (or stay here).
+    /// `websocket_workers`: the master says whether a WebSocket worker is
+    /// up, so upgrade requests go to the WebSocket workers (or stay here).
     pub fn set_handoff(&self, on: bool) {
         self.engine.set_handoff(on);
     }
 
+    /// The lame-duck period before a stop (`shutdown_delay`): readiness
+    /// answers 503 while requests are still served. Safe in a trap handler.
     pub fn enter_lame_duck(&self) {
         self.engine.enter_lame_duck();
     }

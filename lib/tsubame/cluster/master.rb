@@ -97,7 +97,7 @@ module Tsubame
       # A hot restart's pre-flight check under way (HotRestartCheck).
       @restart_check = nil
       @idle = IdleTimeout.new(options[:idle_timeout]) if options[:idle_timeout]
-      # websocket_worker: the hand-off socket (made in #run) and whether
+      # websocket_workers: the hand-off socket (made in #run) and whether
       # the HTTP workers were last told to use it.
       @handoff = nil
       @handoff_on = false
@@ -113,7 +113,7 @@ module Tsubame
       # Before any fork: workers inherit one session-ticket secret, so a
       # client resumes its TLS session on whichever worker it reaches.
       Native.seed_tls_tickets
-      @handoff = WebsocketHandoff.new if @options[:websocket_worker]
+      @handoff = WebsocketHandoff.new if @options[:websocket_workers].positive?
       @listeners.notes.each { |note| @log.info(note) }
       @listeners.addresses.each { |address| @log.info("* Listening on #{BindURI.display(address)}") }
       @wakeup_r, @wakeup_w = IO.pipe
@@ -145,15 +145,15 @@ module Tsubame
     # The control app's /stats: Puma's fields, then Tsubame's.
     def stats
       all = @lock.synchronize { @workers.dup }
-      # Puma's fields count the HTTP workers; the WebSocket worker has a
-      # field of its own.
+      # Puma's fields count the HTTP workers; the WebSocket workers have a
+      # field of their own.
       websocket, workers = all.partition(&:websocket?)
       active = workers.select(&:active?)
       statuses = workers.reject(&:adopted?).sort_by { |w| [w.index, w.started_at] }.map(&:to_status)
-      websocket_status = websocket.max_by(&:started_at)&.to_status
+      websocket_statuses = websocket.sort_by { |w| [-w.index, w.started_at] }.map(&:to_status)
       # Read now, not at the last check-in: what an operator (or a
       # benchmark) asks about is the memory at this moment.
-      (statuses + [websocket_status].compact).each do |status|
+      (statuses + websocket_statuses).each do |status|
         status["memory"] = status["pid"] && ProcessInfo.memory(status["pid"])
       end
       {
@@ -170,8 +170,8 @@ module Tsubame
         "worker_kills" => @worker_kills,
         "fork_worker" => @options[:fork_worker],
         "master_memory" => ProcessInfo.memory(Process.pid),
-        "workers_memory" => memory_total(statuses + [websocket_status].compact),
-        "websocket_worker" => websocket_status,
+        "workers_memory" => memory_total(statuses + websocket_statuses),
+        "websocket_workers" => websocket_statuses,
         "worker_events" => @events.to_h,
         "publish" => { "relayed" => @publish_relayed, "dropped" => @publish_dropped,
                        "buffered_bytes" => all.sum { |w| w.link ? w.link.pending_bytes : 0 } },
@@ -820,13 +820,14 @@ module Tsubame
     def spawn_missing
       return if monotonic < @respawn_at
 
-      missing = (0...@wanted).reject { |index| @workers.any? { |w| w.index == index && w.active? } }
-      missing << WebsocketHandoff::INDEX if @handoff && @workers.none? { |w| w.websocket? && w.active? }
+      vacant = ->(index) { @workers.none? { |w| w.index == index && w.active? } }
+      missing = (0...@wanted).select(&vacant)
+      missing += WebsocketHandoff.indexes(@options[:websocket_workers]).select(&vacant) if @handoff
       return missing.each { |index| spawn(index) } unless fork_worker?
 
       spawn(0) if missing.delete(0)
-      # From the master, as worker 0 is: it is not one of worker 0's forks.
-      spawn(WebsocketHandoff::INDEX) if missing.delete(WebsocketHandoff::INDEX)
+      # From the master, as worker 0 is: they are not worker 0's forks.
+      missing.select(&:negative?).each { |index| spawn(missing.delete(index)) }
       fork_missing(missing)
     end
 
@@ -880,8 +881,8 @@ module Tsubame
       @metrics_server&.close_in_child
       @restart_file = nil
       tag = @options[:tag] ? " [#{@options[:tag]}]" : ""
-      websocket = index == WebsocketHandoff::INDEX
-      Process.setproctitle("tsubame: cluster #{websocket ? "websocket worker" : "worker #{index}"}: #{@master_pid}#{tag}")
+      websocket = WebsocketHandoff.index?(index)
+      Process.setproctitle("tsubame: cluster #{WebsocketHandoff.name_of(index).downcase}: #{@master_pid}#{tag}")
       listeners = @listeners.for_worker
       if websocket
         # It accepts nothing: its connections are handed to it.
@@ -938,7 +939,7 @@ module Tsubame
       signal(worker, "TERM")
     end
 
-    # websocket_worker: the HTTP workers hand upgrade requests over only
+    # websocket_workers: the HTTP workers hand upgrade requests over only
     # while a WebSocket worker has booted and is not stopping (a datagram
     # sent to none would wait in the socket for the next one's boot).
     # Told to every HTTP worker when that changes, and to each as it boots.
@@ -949,7 +950,7 @@ module Tsubame
       return if on == @handoff_on
 
       @handoff_on = on
-      @log.info("- WebSocket connections #{on ? "go to the WebSocket worker" : "are served by every worker until it is back"}")
+      @log.info("- WebSocket connections #{on ? "go to the WebSocket workers" : "are served by every worker until one is back"}")
       tell_handoff(@workers)
     end
 

@@ -95,15 +95,16 @@ module Tsubame
         return true
       end
       older = @workers.select { |w| w.active? && w.booted? && w.phase < @phase && !w.replacement }
-      # The WebSocket worker comes from the master, not from worker 0: a
-      # phased restart replaces it on its own; a refork (warmer forks of
-      # worker 0) leaves it and its connections alone.
-      websocket = older.find(&:websocket?)
-      older.delete(websocket)
+      # The WebSocket workers come from the master, not from worker 0: a
+      # phased restart replaces them one at a time; a refork (warmer forks
+      # of worker 0) leaves them and their connections alone.
+      websocket, older = older.partition(&:websocket?)
       if older.any?
         (zero = mold) && fork_from_mold(zero, older.map { |w| [w.index, w] })
-      elsif websocket
-        @phased_restart == :refork ? websocket.phase = @phase : replace(websocket, "is from phase #{websocket.phase}", "phased_restart")
+      elsif websocket.any? && @phased_restart == :refork
+        websocket.each { |w| w.phase = @phase }
+      elsif websocket.any?
+        replace(websocket.first, "is from phase #{websocket.first.phase}", "phased_restart")
       elsif @workers.none? { |w| w.active? && w.phase < @phase }
         finish_phased_restart
       end

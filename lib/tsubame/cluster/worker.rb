@@ -25,7 +25,7 @@ module Tsubame
     # fork_link: worker 0's end of the ForkLink under fork_worker (it forks
     # the other workers). forked: this worker was forked by worker 0, so
     # its parent is worker 0, not the master.
-    # handoff: the engine options of websocket_worker
+    # handoff: the engine options of websocket_workers
     # (WebsocketHandoff#native_options), nil without it.
     def initialize(index:, phase:, master_pid:, options:, listeners:, link:, app:, log:, fork_link: nil,
                    forked: false, handoff: nil)
@@ -230,7 +230,7 @@ module Tsubame
       @link.send("type" => "reply", "id" => message["id"], "pid" => Process.pid, "data" => data)
     end
 
-    # websocket_worker: the master says whether the WebSocket worker is up.
+    # websocket_workers: the master says whether a WebSocket worker is up.
     def handoff(on)
       @handoff_on = on
       @server.handoff = on if @handoff&.key?(:handoff_to_fd)

@@ -59,10 +59,10 @@ module Tsubame
       @adopted
     end
 
-    # The WebSocket worker (websocket_worker): it takes no connection from
-    # the listeners, only the upgrade requests the others hand it.
+    # A WebSocket worker (websocket_workers): it takes no connection from
+    # the listeners, only the upgrade requests the others hand over.
     def websocket?
-      @index == WebsocketHandoff::INDEX
+      WebsocketHandoff.index?(@index)
     end
 
     def forked?
@@ -161,7 +161,7 @@ module Tsubame
     def describe
       return "Old worker (PID: #{@pid})" if adopted?
 
-      "#{websocket? ? "WebSocket worker" : "Worker #{@index}"} (PID: #{@pid || "not forked yet"})"
+      "#{WebsocketHandoff.name_of(@index)} (PID: #{@pid || "not forked yet"})"
     end
 
     private

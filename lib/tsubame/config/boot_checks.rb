@@ -44,7 +44,7 @@ module Tsubame
 
     def warnings(options)
       if options[:workers].zero?
-        fork_callback_warnings(options) + single_mode_websocket_worker(options)
+        fork_callback_warnings(options) + single_mode_websocket_workers(options)
       elsif options[:workers] == 1 && !options[:silence_single_worker_warning]
         ["cluster mode with a single worker: the master costs memory and adds a hop to every signal; " \
          "workers 0 (single mode) with more threads usually serves better " \
@@ -54,10 +54,10 @@ module Tsubame
       end
     end
 
-    def single_mode_websocket_worker(options)
-      return [] unless options[:websocket_worker]
+    def single_mode_websocket_workers(options)
+      return [] unless options[:websocket_workers].positive?
 
-      ["websocket_worker needs cluster mode (workers > 0): in single mode WebSocket connections are served " \
+      ["websocket_workers needs cluster mode (workers > 0): in single mode WebSocket connections are served " \
        "by the one process, as without it"]
     end
 

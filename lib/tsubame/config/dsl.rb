@@ -416,10 +416,10 @@ module Tsubame
       set(:publish_buffer, bytes)
     end
 
-    # Cluster mode: a worker of its own for WebSocket connections; the
-    # others hand it every upgrade request they read (docs/REALTIME.md).
-    def websocket_worker(enabled = true)
-      set(:websocket_worker, enabled)
+    # Cluster mode: workers of their own for WebSocket connections; the
+    # others hand them every upgrade request they read (docs/REALTIME.md).
+    def websocket_workers(count = 1)
+      set(:websocket_workers, count)
     end
 
     # On TERM/INT: readiness answers 503 at once, serving goes on for this

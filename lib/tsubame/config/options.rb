@@ -103,9 +103,9 @@ module Tsubame
       # one worker (at the master, and for its Ruby listeners) before
       # messages for it are dropped.
       publish_buffer: 4_194_304,
-      # Cluster mode: one more worker that serves every WebSocket
+      # Cluster mode: this many more workers that serve every WebSocket
       # connection, handed over by the others (docs/REALTIME.md).
-      websocket_worker: false,
+      websocket_workers: 0,
       tls_self_signed: false,
       # Observability (docs/OBSERVABILITY.md): engine-kept metrics for
       # /metrics (and, optionally, a bind of their own), the access log,
@@ -274,7 +274,7 @@ module Tsubame
       websocket_deflate: :boolean,
       upgrade_max_pending: :positive_integer,
       publish_buffer: :positive_integer,
-      websocket_worker: :boolean,
+      websocket_workers: :integer,
       upgrade_ping_interval: :timeout,
       tls_self_signed: :boolean,
       metrics: :boolean,

@@ -59,7 +59,7 @@ module Tsubame
     # idle worker takes it first.
     # worker_index: a cluster worker's index, for the access log.
     # handoff: the engine options of a cluster worker under
-    # websocket_worker (WebsocketHandoff#native_options).
+    # websocket_workers (WebsocketHandoff#native_options).
     def initialize(app, options, listeners: nil, busy_accept_delay: nil, worker_index: nil, handoff: nil)
       @app = app
       if (logger = options[:custom_logger]) && options[:log_requests] && !options[:quiet]
@@ -104,8 +104,8 @@ module Tsubame
       @listeners
     end
 
-    # websocket_worker, in an HTTP worker: whether upgrade requests go to
-    # the WebSocket worker (the master says when it is up).
+    # websocket_workers, in an HTTP worker: whether upgrade requests go to
+    # the WebSocket workers (the master says when one is up).
     def handoff=(on)
       bind
       @native.handoff = on

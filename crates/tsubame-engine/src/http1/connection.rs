@@ -96,7 +96,7 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
             let e = HttpError::NotImplemented("request method not supported");
             return refuse(&mut io, &mut buf, &shared, &conn, e).await;
         }
-        // `websocket_worker`: the connection goes to the WebSocket worker,
+        // `websocket_workers`: the connection goes to a WebSocket worker,
         // this request first; served here if it cannot.
         if let (Some(target), Some(fd)) = (shared.handoff.as_ref(), io.plain_socket()) {
             if target.takes(&head) {

@@ -5,10 +5,10 @@ require "json"
 require "cluster/support"
 require "upgrade/support"
 
-# websocket_worker (docs/REALTIME.md): in cluster mode one more worker
-# serves every WebSocket connection; the HTTP workers hand it each upgrade
+# websocket_workers (docs/REALTIME.md): in cluster mode more workers serve
+# every WebSocket connection; the HTTP workers hand them each upgrade
 # request they read, socket and bytes.
-class WebsocketWorkerTest < Minitest::Test
+class WebsocketWorkersTest < Minitest::Test
   include Tsubame::TestHelpers
   include Tsubame::ClusterHelpers
 
@@ -45,19 +45,21 @@ class WebsocketWorkerTest < Minitest::Test
 
   CONFIG = "worker_check_interval 0.5\n"
 
-  def start(**opts)
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG, args: ["--websocket-worker"], **opts)
-    ws_pid = wait_for_websocket_worker(server)
-    [server, ws_pid]
+  HANDED = "WebSocket connections go to the WebSocket workers"
+
+  # Returns the server and the pids of its `count` WebSocket workers once
+  # all have booted and the HTTP workers were told to hand upgrades over.
+  def start(count = 1)
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG, args: ["--websocket-workers", count.to_s])
+    [server, wait_for_websocket_workers(server, count)]
   end
 
-  # The pid of a booted WebSocket worker once the HTTP workers were told to
-  # hand it upgrades (not `other_than`).
-  def wait_for_websocket_worker(server, other_than: nil, handoffs: 1)
-    server.wait_until(20, "a booted WebSocket worker") do
-      ws = server.stats["websocket_worker"]
-      ready = server.stdout.scan("WebSocket connections go to the WebSocket worker").size >= handoffs
-      ws["pid"] if ws && ws["booted"] && !ws["stopping"] && ws["pid"] != other_than && ready
+  # The pids of `count` booted WebSocket workers, none of `old`, once the
+  # HTTP workers were told `handoffs` times to hand upgrades over.
+  def wait_for_websocket_workers(server, count, old: [], handoffs: 1)
+    server.wait_until(20, "#{count} booted WebSocket workers") do
+      pids = server.stats["websocket_workers"].select { |w| w["booted"] && !w["stopping"] }.map { |w| w["pid"] } - old
+      pids if pids.size == count && server.stdout.scan(HANDED).size >= handoffs
     end
   end
 
@@ -71,14 +73,15 @@ class WebsocketWorkerTest < Minitest::Test
     JSON.parse(client.read_message || flunk("no message after the handshake"))
   end
 
-  def test_websocket_connections_go_to_the_websocket_worker_and_plain_requests_never_do
-    server, ws_pid = start
+  def test_websocket_connections_go_to_the_websocket_workers_and_plain_requests_never_do
+    server, ws_pids = start(2)
     stats = server.stats
     assert_equal 2, stats["workers"], "Puma's worker count is the HTTP workers'"
     assert_equal %w[http http], stats["worker_status"].map { |w| w["role"] }
-    assert_equal "websocket", stats["websocket_worker"]["role"]
+    assert_equal [[-1, "websocket"], [-2, "websocket"]], stats["websocket_workers"].map { |w| w.values_at("index", "role") }
+    assert_match(/WebSocket worker 2 \(PID: \d+\) booted/, server.stdout)
     http_pids = server.booted_workers.values
-    refute_includes http_pids, ws_pid
+    assert_empty http_pids & ws_pids
 
     plain = Array.new(20) { get_pid(server) }
     assert((plain - http_pids).empty?, "plain requests served by #{plain.uniq} (HTTP workers #{http_pids})")
@@ -86,14 +89,14 @@ class WebsocketWorkerTest < Minitest::Test
     10.times do |i|
       client = ws_client(server, path: "/ws/#{i}?n=#{i}", headers: { "X-Test" => "t#{i}" })
       seen = opened(client)
-      assert_equal ws_pid, seen["pid"], "connection #{i} in #{seen["pid"]}"
+      assert_includes ws_pids, seen["pid"], "connection #{i} in #{seen["pid"]}"
       assert_equal "n=#{i}", seen["query"]
       assert_equal "/ws/#{i}", seen["path"]
       assert_equal "t#{i}", seen["x_test"]
       assert_equal "127.0.0.1", seen["remote_addr"]
       assert_equal server.port.to_s, seen["server_port"]
       client.text("pid")
-      assert_equal ws_pid.to_s, client.read_message
+      assert_equal seen["pid"].to_s, client.read_message
       client.close
     end
 
@@ -111,15 +114,16 @@ class WebsocketWorkerTest < Minitest::Test
                "Sec-WebSocket-Key: #{key}\r\nSec-WebSocket-Version: 13\r\n\r\n" +
                Tsubame::UpgradeSupport.frame(0x1, "pid", fin: true, mask: true, rsv: 0))
     got = +"".b
-    Timeout.timeout(5) { got << sock.readpartial(4096) until got.include?(ws_pid.to_s) && got.include?("/later") }
+    Timeout.timeout(5) { got << sock.readpartial(4096) until got.include?("/later") && got.match?(/\x81.\d+\z/n) }
     assert_match(/\AHTTP\/1.1 101/, got)
+    assert_includes ws_pids, got[/\x81.(\d+)\z/n, 1].to_i
     sock.close
 
     # The counters: 11 handed over by the HTTP workers, 11 taken.
     server.wait_until(10, "hand-off counters") do
       stats = server.stats
       sent = stats["worker_status"].sum { |w| w.dig("last_status", "engine", "handoffs_sent").to_i }
-      received = stats["websocket_worker"].dig("last_status", "engine", "handoffs_received").to_i
+      received = stats["websocket_workers"].sum { |w| w.dig("last_status", "engine", "handoffs_received").to_i }
       sent == 11 && received == 11
     end
   ensure
@@ -132,7 +136,7 @@ class WebsocketWorkerTest < Minitest::Test
   # workers, or by its replacement once it boots); afterwards they go to
   # the replacement.
   def test_a_killed_websocket_worker_loses_only_its_connections_and_nothing_else_fails
-    server, ws_pid = start
+    server, (ws_pid,) = start
     clients = Array.new(3) { ws_client(server) }
     clients.each { |c| assert_equal ws_pid, opened(c)["pid"] }
     Process.kill("KILL", ws_pid)
@@ -147,28 +151,27 @@ class WebsocketWorkerTest < Minitest::Test
       served_by << opened(client)["pid"]
       client.close
       plain << get_pid(server)
-      replacement = server.stats["websocket_worker"]
-      break if replacement && replacement["booted"] && replacement["pid"] != ws_pid &&
-               server.stdout.scan("WebSocket connections go to the WebSocket worker").size >= 2
+      replacement = server.stats["websocket_workers"].first
+      break if replacement && replacement["booted"] && replacement["pid"] != ws_pid && server.stdout.scan(HANDED).size >= 2
       flunk "no replacement WebSocket worker\n#{server.stdout}" if monotonic > deadline
     end
     refute_includes served_by, ws_pid
     refute_includes plain, 0
-    assert_match(/WebSocket worker \(PID: #{ws_pid}\) died/, server.stderr)
-    assert_match(/WebSocket connections are served by every worker until it is back/, server.stdout)
+    assert_match(/WebSocket worker 1 \(PID: #{ws_pid}\) died/, server.stderr)
+    assert_match(/WebSocket connections are served by every worker until one is back/, server.stdout)
 
-    new_pid = server.stats["websocket_worker"]["pid"]
+    new_pid = server.stats["websocket_workers"].first["pid"]
     5.times { assert_equal new_pid, opened(ws_client(server))["pid"] }
   ensure
     server&.kill
   end
 
   def test_a_phased_restart_replaces_the_websocket_worker_too
-    server, ws_pid = start
+    server, (ws_pid,) = start
     client = ws_client(server)
     assert_equal ws_pid, opened(client)["pid"]
     server.signal("USR1")
-    new_pid = wait_for_websocket_worker(server, other_than: ws_pid)
+    new_pid, = wait_for_websocket_workers(server, 1, old: [ws_pid])
     server.wait_until(30, "the phased restart to finish") { server.stdout.include?("Phased restart done") }
     # The old worker drained and closed its connection (going away).
     assert_equal 1001, client.read_close(timeout: 10)
@@ -181,8 +184,8 @@ class WebsocketWorkerTest < Minitest::Test
   # by the HTTP worker that accepted it.
   def test_wss_connections_stay_in_the_worker_that_accepted_them
     server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG,
-                                             args: ["--websocket-worker", "--tls-self-signed", "-b", "ssl://127.0.0.1:0"])
-    ws_pid = wait_for_websocket_worker(server)
+                                             args: ["--websocket-workers", "1", "--tls-self-signed", "-b", "ssl://127.0.0.1:0"])
+    ws_pid, = wait_for_websocket_workers(server, 1)
     tls_port = server.addresses.find { |a| a.start_with?("https://") }[/:(\d+)\z/, 1].to_i
     context = OpenSSL::SSL::SSLContext.new
     context.verify_mode = OpenSSL::SSL::VERIFY_NONE
@@ -197,8 +200,8 @@ class WebsocketWorkerTest < Minitest::Test
   end
 
   def test_single_mode_warns_and_serves_websockets_itself
-    server = Tsubame::TestServer.new(APP, args: ["--websocket-worker"])
-    assert_match(/websocket_worker needs cluster mode/, server.stderr)
+    server = Tsubame::TestServer.new(APP, args: ["--websocket-workers", "1"])
+    assert_match(/websocket_workers needs cluster mode/, server.stderr)
     client = ws_client(server)
     assert_equal server.pid, opened(client)["pid"]
   ensure
