@@ -119,6 +119,13 @@ class WebsocketWorkersTest < Minitest::Test
     assert_includes ws_pids, got[/\x81.(\d+)\z/n, 1].to_i
     sock.close
 
+    # /metrics has a sample of each WebSocket worker, under its index.
+    metrics = UNIXSocket.open(server.control_path) do |ctl|
+      ctl.write("GET /metrics?token=#{Tsubame::ClusterServer::TOKEN} HTTP/1.1\r\nHost: ctl\r\nConnection: close\r\n\r\n")
+      ctl.read
+    end
+    %w[-1 -2 0 1].each { |index| assert_includes metrics, "worker=\"#{index}\"" }
+
     # The counters: 11 handed over by the HTTP workers, 11 taken.
     server.wait_until(10, "hand-off counters") do
       stats = server.stats

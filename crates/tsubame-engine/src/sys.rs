@@ -192,26 +192,21 @@ pub fn send_nonblocking(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize
 /// as a number: the kernel looks it up, and one that is not open gives
 /// EBADF.
 pub(crate) fn send_with_fd(socket: BorrowedFd<'_>, fd: RawFd, payload: &[u8]) -> io::Result<()> {
-    let space = cmsg_space_for_one_fd();
-    let mut control = vec![0u8; space];
-    // SAFETY: `msghdr` and `iovec` are plain C structs for which all zeroes
-    // is valid. The iovec describes `payload`, a live slice that sendmsg
-    // only reads. `control` is a live buffer of CMSG_SPACE(sizeof(int))
-    // bytes, enough for the one header written into it: CMSG_FIRSTHDR of a
-    // msghdr whose control length is that size is non-null and points at
-    // its start, and CMSG_DATA leaves room for exactly one int, which is
-    // written unaligned (a Vec<u8> promises no alignment). The socket is
-    // borrowed, so it stays open for the call.
+    let space = cmsg_space(1);
+    let mut control = control_buffer(space);
+    let mut iov = libc::iovec {
+        iov_base: payload.as_ptr() as *mut libc::c_void,
+        iov_len: payload.len(),
+    };
+    let msg = msghdr_over(&mut iov, &mut control, space);
+    // SAFETY: `msg` points at `iov`, which describes `payload` (a live
+    // slice that sendmsg only reads; the `*mut` is the C signature's), and
+    // at `control`, a live buffer of CMSG_SPACE(sizeof(int)) bytes aligned
+    // for cmsghdr: CMSG_FIRSTHDR of a msghdr with that control length is
+    // non-null and points at its start, and CMSG_DATA leaves room for
+    // exactly one int, written unaligned. The socket is borrowed, so it
+    // stays open for the call.
     let n = unsafe {
-        let mut iov = libc::iovec {
-            iov_base: payload.as_ptr() as *mut libc::c_void,
-            iov_len: payload.len(),
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
         let header = libc::CMSG_FIRSTHDR(&msg);
         (*header).cmsg_level = libc::SOL_SOCKET;
         (*header).cmsg_type = libc::SCM_RIGHTS;
@@ -238,26 +233,22 @@ pub(crate) fn send_with_fd(socket: BorrowedFd<'_>, fd: RawFd, payload: &[u8]) ->
 pub(crate) fn recv_with_fd(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
     // Room for a few descriptors, so a sender that passes more than one
     // is seen (and its descriptors closed) rather than silently cut.
-    let space = cmsg_space_for_one_fd() * 4;
-    let mut control = vec![0u8; space];
+    let space = cmsg_space(4);
+    let mut control = control_buffer(space);
     let mut fds: Vec<OwnedFd> = Vec::new();
-    // SAFETY: as in `send_with_fd`: zeroed C structs, an iovec over `buf`
-    // (live, and recvmsg writes at most its length into it) and a control
-    // buffer of `space` bytes. After the call the kernel has set
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut msg = msghdr_over(&mut iov, &mut control, space);
+    // SAFETY: `msg` points at `iov`, over `buf` (live; recvmsg writes at
+    // most its length into it), and at `control`, `space` live bytes
+    // aligned for cmsghdr. After the call the kernel has set
     // msg_controllen to the bytes it wrote, and CMSG_FIRSTHDR/CMSG_NXTHDR
     // walk only headers within it; each SCM_RIGHTS header's data holds
     // (cmsg_len - CMSG_LEN(0)) / sizeof(int) descriptors the kernel just
     // installed in this process, owned by nobody else, read unaligned.
     let (n, flags) = unsafe {
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
         let n = libc::recvmsg(
             socket.as_raw_fd(),
             &mut msg,
@@ -286,9 +277,30 @@ pub(crate) fn recv_with_fd(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result
     Ok((n, fds.pop()))
 }
 
-fn cmsg_space_for_one_fd() -> usize {
+/// CMSG_SPACE for `fds` descriptors.
+fn cmsg_space(fds: usize) -> usize {
     // SAFETY: CMSG_SPACE is arithmetic on its argument.
-    unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize }
+    unsafe { libc::CMSG_SPACE((fds * std::mem::size_of::<RawFd>()) as u32) as usize }
+}
+
+/// A zeroed control buffer of at least `len` bytes, in u64 words so that
+/// it is aligned for `cmsghdr` (a Vec<u8> promises no alignment).
+fn control_buffer(len: usize) -> Vec<u64> {
+    vec![0u64; len.div_ceil(8)]
+}
+
+/// A msghdr over one iovec and the first `control_len` bytes of
+/// `control`, for sendmsg and recvmsg. It only holds pointers: the caller
+/// keeps both alive, and in place, while the kernel uses them.
+fn msghdr_over(iov: &mut libc::iovec, control: &mut [u64], control_len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is a plain C struct; all zeroes (no address, no
+    // iovecs, no control data) is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control_len.min(control.len() * 8) as _;
+    msg
 }
 
 /// openat2(2) of `path` under the directory `dir` with RESOLVE_BENEATH
