@@ -187,6 +187,26 @@ class WebsocketWorkersTest < Minitest::Test
     server&.kill
   end
 
+  # On a PROXY-protocol bind the header is read by the HTTP worker; the
+  # WebSocket worker sees the client it named.
+  def test_the_proxy_headers_client_goes_over_with_the_connection
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG,
+                                             args: ["--websocket-workers", "1", "--proxy-protocol", "v1"])
+    ws_pid, = wait_for_websocket_workers(server, 1)
+    sock = server.socket
+    key = Base64.strict_encode64(Random.bytes(16))
+    sock.write("PROXY TCP4 203.0.113.9 127.0.0.1 5555 80\r\nGET /p HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n" \
+               "Connection: Upgrade\r\nSec-WebSocket-Key: #{key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    got = +"".b
+    Timeout.timeout(5) { got << sock.readpartial(4096) until got.include?("}") }
+    assert_match(/\AHTTP\/1.1 101/, got)
+    seen = JSON.parse(got[/\{.*\}/m])
+    assert_equal [ws_pid, "203.0.113.9"], seen.values_at("pid", "remote_addr")
+    sock.close
+  ensure
+    server&.kill
+  end
+
   # TLS stays where its handshake was made: a wss:// connection is served
   # by the HTTP worker that accepted it.
   def test_wss_connections_stay_in_the_worker_that_accepted_them
