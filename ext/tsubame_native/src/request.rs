@@ -20,7 +20,7 @@ use tsubame_engine::dispatch::job::JobState;
 use tsubame_engine::dispatch::reply::UpgradeKind;
 use tsubame_engine::dispatch::stream_channel::stream_channel;
 use tsubame_engine::message::body::Body;
-use tsubame_engine::message::head::RequestHead;
+use tsubame_engine::message::head::{RequestHead, Version};
 use tsubame_engine::message::response::{status_has_no_body, FinishedHead, ResponseHead};
 use tsubame_engine::{ConnInfo, Job, Reply};
 
@@ -30,7 +30,12 @@ const STREAM_BUFFER: usize = 256 * 1024;
 #[derive(magnus::TypedData)]
 #[magnus(class = "Tsubame::Native::Request", free_immediately, size, mark)]
 pub struct Request {
-    head: RequestHead,
+    /// Taken (and dropped) by `env`: the object itself lives until Ruby's
+    /// GC frees it, and the head's bytes and header list need not wait
+    /// that long. What `respond` needs of it is kept apart.
+    head: RefCell<Option<RequestHead>>,
+    version: Version,
+    is_head: bool,
     conn: Arc<ConnInfo>,
     body: RefCell<Option<Body>>,
     keep_alive: bool,
@@ -62,7 +67,9 @@ fn already_answered(ruby: &Ruby) -> Error {
 impl Request {
     pub fn new(job: Job, inline: Option<Arc<tsubame_engine::inline::Inline>>) -> Request {
         Request {
-            head: job.head,
+            version: job.head.version,
+            is_head: job.head.is_head(),
+            head: RefCell::new(Some(job.head)),
             conn: job.conn,
             body: RefCell::new(Some(job.body)),
             keep_alive: job.keep_alive,
@@ -106,14 +113,14 @@ impl Request {
 
     /// Builds the env on top of `base` (the per-server constant keys).
     pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
-        let Some(body) = rb_self.body.borrow_mut().take() else {
+        let (Some(body), Some(head)) = (rb_self.body.borrow_mut().take(), rb_self.head.borrow_mut().take()) else {
             return Err(Error::new(
                 ruby.exception_runtime_error(),
                 "env already built for this request",
             ));
         };
         let input = crate::input::for_body(ruby, body);
-        let env = rack_env::build(ruby, base, &rb_self.head, &rb_self.conn, input, rb_self.as_value())?;
+        let env = rack_env::build(ruby, base, &head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
         Ok(env)
     }
@@ -184,8 +191,7 @@ impl Request {
         let status = status_code(ruby, status)?;
         let mut head = ResponseHead::new(status).map_err(|e| arg_error(ruby, e.to_string()))?;
         let hijack = add_headers(ruby, &mut head, headers)?;
-        let version = rb_self.head.version;
-        let is_head = rb_self.head.is_head();
+        let (version, is_head) = (rb_self.version, rb_self.is_head);
         let status = head.status();
         if hijack {
             let finished = head.finish_hijacked();
