@@ -187,6 +187,31 @@ class WebsocketWorkersTest < Minitest::Test
     server&.kill
   end
 
+  # Under fork_worker the WebSocket worker is forked by the master, not
+  # by worker 0, and a refork (URG) leaves it and its connections alone.
+  def test_a_refork_leaves_the_websocket_worker_and_its_connections_alone
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: "#{CONFIG}fork_worker 0\n",
+                                             args: ["--websocket-workers", "1"])
+    ws_pid, = wait_for_websocket_workers(server, 1)
+    ws = server.stats["websocket_workers"].first
+    assert_equal server.pid, parent_pid(ws_pid), "forked by the master"
+    assert_equal server.booted_workers[0], parent_pid(server.booted_workers[1]), "worker 1 forked by worker 0"
+    client = ws_client(server)
+    assert_equal ws_pid, opened(client)["pid"]
+    Process.kill("URG", server.pid)
+    server.wait_until(20, "the refork's end") { server.stdout.include?("- Refork done, phase: 1") }
+    assert_equal [ws_pid, 1], server.stats["websocket_workers"].map { |w| w.values_at("pid", "phase") }.first
+    client.text("pid")
+    assert_equal ws_pid.to_s, client.read_message, "its connection is still served"
+    assert_equal ws["started_at"], server.stats["websocket_workers"].first["started_at"]
+  ensure
+    server&.kill
+  end
+
+  def parent_pid(pid)
+    File.read("/proc/#{pid}/stat")[/\) \S (\d+)/, 1].to_i
+  end
+
   # On a PROXY-protocol bind the header is read by the HTTP worker; the
   # WebSocket worker sees the client it named.
   def test_the_proxy_headers_client_goes_over_with_the_connection
