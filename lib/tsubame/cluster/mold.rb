@@ -94,7 +94,8 @@ module Tsubame
       tag = @worker.options[:tag] ? " [#{@worker.options[:tag]}]" : ""
       Process.setproctitle("tsubame: cluster worker #{index}: #{@worker.master_pid}#{tag}")
       Worker.new(index: index, phase: phase, master_pid: @worker.master_pid, options: @worker.options,
-                 listeners: @worker.listeners, link: link, app: @worker.app, log: @log, forked: true).run
+                 listeners: @worker.listeners, link: link, app: @worker.app, log: @log, forked: true,
+                 handoff: @worker.handoff).run
     rescue Exception => e # rubocop:disable Lint/RescueException
       # A TERM before its server existed (Worker#stop exits): it stopped, it
       # did not fail; exit! still, for the reason above.

@@ -53,7 +53,7 @@ module Tsubame
       @requests_before = 0
     end
 
-    attr_reader :index, :phase, :master_pid, :options, :listeners, :link, :app
+    attr_reader :index, :phase, :master_pid, :options, :listeners, :link, :app, :handoff
 
     # Returns the exit status. The master counts a worker that exits before
     # its "boot" message as a failed boot.
@@ -211,7 +211,7 @@ module Tsubame
     def answer(message)
       # Another worker's Tsubame.publish: delivered here, nothing to reply.
       return @server.upgrades.deliver(message) if message["type"] == "publish"
-      return handoff(message["on"] == true) if message["type"] == "handoff"
+      return hand_off_upgrades(message["on"] == true) if message["type"] == "handoff"
 
       data =
         case message["type"]
@@ -231,7 +231,7 @@ module Tsubame
     end
 
     # websocket_workers: the master says whether a WebSocket worker is up.
-    def handoff(on)
+    def hand_off_upgrades(on)
       @handoff_on = on
       @server.handoff = on if @handoff&.key?(:handoff_to_fd)
     end
