@@ -107,7 +107,7 @@ pub(crate) struct Handed {
     server_port: u16,
     /// The request as the client sent it (head rebuilt from its parts),
     /// then whatever followed: the receiving connection's read buffer.
-    bytes: Vec<u8>,
+    bytes: BytesMut,
 }
 
 fn push_str(out: &mut Vec<u8>, s: &[u8]) -> Result<(), HandoffError> {
@@ -175,7 +175,7 @@ fn decode(payload: &[u8]) -> Result<Handed, HandoffError> {
         peer_addr,
         server_name,
         server_port: u16::from_be_bytes([port[0], port[1]]),
-        bytes: input.to_vec(),
+        bytes: BytesMut::from(input),
     })
 }
 
@@ -190,28 +190,28 @@ pub(crate) fn receive(socket: std::os::fd::BorrowedFd<'_>, buf: &mut [u8]) -> Re
 }
 
 impl Handed {
-    /// The connection as the HTTP worker saw it. Only plain sockets are
-    /// handed off (TLS state stays where its handshake was made), so the
-    /// scheme is http; the rest of the listener's settings are the
-    /// cluster's, the same in every worker.
-    pub(crate) fn conn(&mut self, trust_forwarded_proto: bool, remote_address: &RemoteAddress) -> Arc<ConnInfo> {
+    /// The connection as the HTTP worker saw it, and its first read (the
+    /// request, then what followed it). Only plain sockets are handed off
+    /// (TLS state stays where its handshake was made), so the scheme is
+    /// http; the rest of the listener's settings are the cluster's, the
+    /// same in every worker.
+    pub(crate) fn into_parts(
+        self,
+        trust_forwarded_proto: bool,
+        remote_address: &RemoteAddress,
+    ) -> (Arc<ConnInfo>, BytesMut) {
         let listener = Arc::new(ListenerInfo {
-            server_name: std::mem::take(&mut self.server_name),
+            server_name: self.server_name,
             server_port: self.server_port,
             url_scheme: "http",
             trust_forwarded_proto,
             remote_address: remote_address.clone(),
         });
-        Arc::new(ConnInfo {
-            peer_addr: std::mem::take(&mut self.peer_addr),
+        let conn = Arc::new(ConnInfo {
+            peer_addr: self.peer_addr,
             listener,
-        })
-    }
-
-    /// The connection's first read: the request, then what followed it.
-    pub(crate) fn take_bytes(&mut self) -> BytesMut {
-        // The connection reserves its read chunk before each read.
-        BytesMut::from(std::mem::take(&mut self.bytes).as_slice())
+        });
+        (conn, self.bytes)
     }
 }
 
@@ -294,16 +294,16 @@ mod tests {
         assert!(sent.is_ok(), "{sent:?}");
         drop(server);
         let mut buf = vec![0u8; MAX_PAYLOAD];
-        let (mut handed, fd) = receive(b.as_fd(), &mut buf)
+        let (handed, fd) = receive(b.as_fd(), &mut buf)
             .map_err(|e| e.to_string())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(handed.bytes, UPGRADE);
-        let conn = handed.conn(false, &RemoteAddress::default());
+        let (conn, bytes) = handed.into_parts(false, &RemoteAddress::default());
         assert_eq!(
             (conn.peer_addr.as_str(), conn.listener.server_port),
             ("203.0.113.7", 8080)
         );
-        assert_eq!(&handed.take_bytes()[..], UPGRADE);
+        assert_eq!(&bytes[..], UPGRADE);
         // The received descriptor is the same connection: what the client
         // writes arrives there, and what is written there reaches it.
         let mut received = std::os::unix::net::UnixStream::from(fd);

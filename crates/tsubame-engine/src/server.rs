@@ -741,10 +741,10 @@ async fn accept_handoffs(socket: OwnedFd, shared: Arc<Shared>) {
         // Everything queued, then back to waiting.
         loop {
             match crate::handoff::receive(socket.get_ref().as_fd(), &mut buf) {
-                Ok((mut handed, client)) => {
+                Ok((handed, client)) => {
                     Stats::bump(&shared.stats.handoffs_received);
-                    let conn = handed.conn(shared.opts.trust_forwarded_proto, &shared.opts.remote_address);
-                    if let Err(e) = serve_handed(client, conn, handed.take_bytes(), &shared) {
+                    let (conn, buf) = handed.into_parts(shared.opts.trust_forwarded_proto, &shared.opts.remote_address);
+                    if let Err(e) = serve_handed(client, conn, buf, &shared) {
                         log::warn(&format!("a handed-over connection could not be served: {e}"));
                     }
                 }

@@ -99,7 +99,7 @@ module Tsubame
                                            busy_accept_delay: @options[:wait_for_less_busy_worker],
                                            worker_index: @index, handoff: @handoff)
       @server.start
-      @server.handoff = @handoff_on if @handoff&.key?(:handoff_to_fd)
+      hand_off_upgrades(@handoff_on) if @handoff
       @server.upgrades.relay = ->(publish) { @link.send(publish) }
     end
 
@@ -230,10 +230,11 @@ module Tsubame
       @link.send("type" => "reply", "id" => message["id"], "pid" => Process.pid, "data" => data)
     end
 
-    # websocket_workers: the master says whether a WebSocket worker is up.
+    # websocket_workers: the master says whether a WebSocket worker is up
+    # (a no-op in a WebSocket worker, whose engine has nothing to hand off).
     def hand_off_upgrades(on)
       @handoff_on = on
-      @server.handoff = on if @handoff&.key?(:handoff_to_fd)
+      @server&.handoff = on
     end
 
     def backtraces

@@ -90,7 +90,8 @@ module Tsubame
       @native ||= begin
         native = FiberRoutes.apply(@options.native)
         native[:binds] = @listeners.native_binds(busy_accept_delay: @busy_accept_delay)
-        native[:worker_index] = @worker_index if @worker_index&.>=(0)
+        # A WebSocket worker's index is negative: the access log has none.
+        native[:worker_index] = @worker_index if @worker_index && !@worker_index.negative?
         native.merge!(@handoff) if @handoff
         @fiber_mode = native[:fiber_scheduler]
         Native.rack3 = RACK3

@@ -98,8 +98,8 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
         }
         // `websocket_workers`: the connection goes to a WebSocket worker,
         // this request first; served here if it cannot.
-        if let (Some(target), Some(fd)) = (shared.handoff.as_ref(), io.plain_socket()) {
-            if target.takes(&head) {
+        if let Some(target) = shared.handoff.as_ref().filter(|target| target.takes(&head)) {
+            if let Some(fd) = io.plain_socket() {
                 match target.send(fd, &conn, &head, &buf) {
                     Ok(()) => {
                         Stats::bump(&shared.stats.handoffs_sent);
