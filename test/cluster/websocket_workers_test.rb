@@ -187,6 +187,25 @@ class WebsocketWorkersTest < Minitest::Test
     server&.kill
   end
 
+  # A hand-off the socket cannot take (here a head larger than the 192 KiB
+  # a datagram carries) is served by the HTTP worker that read it, and
+  # counted as failed.
+  def test_an_upgrade_too_large_to_hand_off_is_served_where_it_was_read
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: "#{CONFIG}max_header_size 400_000\n",
+                                             args: ["--websocket-workers", "1"])
+    ws_pid, = wait_for_websocket_workers(server, 1)
+    client = ws_client(server, headers: { "X-Test" => "a" * 200_000 })
+    seen = opened(client)
+    refute_equal ws_pid, seen["pid"]
+    assert_includes server.booted_workers.values, seen["pid"]
+    assert_equal 200_000, seen["x_test"].bytesize
+    server.wait_until(10, "the failed hand-off counted") do
+      server.stats["worker_status"].sum { |w| w.dig("last_status", "engine", "handoffs_failed").to_i } == 1
+    end
+  ensure
+    server&.kill
+  end
+
   # Under fork_worker the WebSocket worker is forked by the master, not
   # by worker 0, and a refork (URG) leaves it and its connections alone.
   def test_a_refork_leaves_the_websocket_worker_and_its_connections_alone
