@@ -49,8 +49,10 @@ class WebsocketWorkersTest < Minitest::Test
 
   # Returns the server and the pids of its `count` WebSocket workers once
   # all have booted and the HTTP workers were told to hand upgrades over.
-  def start(count = 1)
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG, args: ["--websocket-workers", count.to_s])
+  # config and args: more lines for the config file, more flags.
+  def start(count = 1, config: "", args: [])
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG + config,
+                                             args: ["--websocket-workers", count.to_s, *args])
     [server, wait_for_websocket_workers(server, count)]
   end
 
@@ -191,9 +193,7 @@ class WebsocketWorkersTest < Minitest::Test
   # a datagram carries) is served by the HTTP worker that read it, and
   # counted as failed.
   def test_an_upgrade_too_large_to_hand_off_is_served_where_it_was_read
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: "#{CONFIG}max_header_size 400_000\n",
-                                             args: ["--websocket-workers", "1"])
-    ws_pid, = wait_for_websocket_workers(server, 1)
+    server, (ws_pid,) = start(config: "max_header_size 400_000\n")
     client = ws_client(server, headers: { "X-Test" => "a" * 200_000 })
     seen = opened(client)
     refute_equal ws_pid, seen["pid"]
@@ -209,9 +209,7 @@ class WebsocketWorkersTest < Minitest::Test
   # Under fork_worker the WebSocket worker is forked by the master, not
   # by worker 0, and a refork (URG) leaves it and its connections alone.
   def test_a_refork_leaves_the_websocket_worker_and_its_connections_alone
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: "#{CONFIG}fork_worker 0\n",
-                                             args: ["--websocket-workers", "1"])
-    ws_pid, = wait_for_websocket_workers(server, 1)
+    server, (ws_pid,) = start(config: "fork_worker 0\n")
     ws = server.stats["websocket_workers"].first
     assert_equal server.pid, parent_pid(ws_pid), "forked by the master"
     assert_equal server.booted_workers[0], parent_pid(server.booted_workers[1]), "worker 1 forked by worker 0"
@@ -234,9 +232,7 @@ class WebsocketWorkersTest < Minitest::Test
   # On a PROXY-protocol bind the header is read by the HTTP worker; the
   # WebSocket worker sees the client it named.
   def test_the_proxy_headers_client_goes_over_with_the_connection
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG,
-                                             args: ["--websocket-workers", "1", "--proxy-protocol", "v1"])
-    ws_pid, = wait_for_websocket_workers(server, 1)
+    server, (ws_pid,) = start(args: ["--proxy-protocol", "v1"])
     sock = server.socket
     key = Base64.strict_encode64(Random.bytes(16))
     sock.write("PROXY TCP4 203.0.113.9 127.0.0.1 5555 80\r\nGET /p HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n" \
@@ -254,9 +250,7 @@ class WebsocketWorkersTest < Minitest::Test
   # TLS stays where its handshake was made: a wss:// connection is served
   # by the HTTP worker that accepted it.
   def test_wss_connections_stay_in_the_worker_that_accepted_them
-    server = Tsubame::ClusterServer.new(APP, workers: 2, config: CONFIG,
-                                             args: ["--websocket-workers", "1", "--tls-self-signed", "-b", "ssl://127.0.0.1:0"])
-    ws_pid, = wait_for_websocket_workers(server, 1)
+    server, (ws_pid,) = start(args: ["--tls-self-signed", "-b", "ssl://127.0.0.1:0"])
     tls_port = server.addresses.find { |a| a.start_with?("https://") }[/:(\d+)\z/, 1].to_i
     context = OpenSSL::SSL::SSLContext.new
     context.verify_mode = OpenSSL::SSL::VERIFY_NONE
