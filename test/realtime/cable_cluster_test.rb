@@ -175,14 +175,19 @@ module Tsubame
           assert_equal 1000, burst["delivered"], burst.inspect
           assert_empty burst["answered_pids"].map(&:to_i) - http_pids, "broadcasts made by the HTTP workers"
 
-          speaker = get(server, "/series?prefix=w&count=100&interval=0.03").to_i
+          # Long enough (9 s) for every client to be back before its end.
+          speaker = get(server, "/series?prefix=w&count=300&interval=0.03").to_i
           assert_includes http_pids, speaker
           sleep 0.5
           Process.kill("KILL", ws_pid)
-          result = clients.command("series w 100 30", timeout: 45)["clients"]
+          # "series" waits for the subscribed clients only, and right after
+          # the kill none is: first wait until every one is back.
+          back = clients.command("reconnected #{ws_pid} 30", timeout: 45)
+          assert back["ok"], back.inspect
+          result = clients.command("series w 300 30", timeout: 45)["clients"]
           summary = result.map { |c| c.slice("pids", "closes", "last") }.uniq.first(5).inspect
           assert(result.all? { |c| c["closes"].positive? && c["subscribed"] && c["pid"] != ws_pid }, summary)
-          assert(result.all? { |c| c["last"] == 100 }, summary)
+          assert(result.all? { |c| c["last"] == 300 }, summary)
 
           server.wait_until(30, "a replacement WebSocket worker") do
             ws = server.stats["websocket_workers"].first
