@@ -63,6 +63,16 @@ module Tsubame
       {}
     end
 
+    # websocket_workers: every booted HTTP worker reports that it hands
+    # upgrades to the WebSocket workers (the master's log line comes a
+    # moment before each worker has heard it).
+    def handing_off?
+      workers = stats["worker_status"].select { |w| w["booted"] && !w["stopping"] }
+      !workers.empty? && workers.all? { |w| w.dig("last_status", "engine", "handoff_on") == true }
+    rescue SystemCallError, JSON::ParserError
+      false
+    end
+
     def wait_until(timeout, what)
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       loop do

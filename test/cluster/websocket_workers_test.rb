@@ -61,7 +61,7 @@ class WebsocketWorkersTest < Minitest::Test
   def wait_for_websocket_workers(server, count, old: [], handoffs: 1)
     server.wait_until(20, "#{count} booted WebSocket workers") do
       pids = server.stats["websocket_workers"].select { |w| w["booted"] && !w["stopping"] }.map { |w| w["pid"] } - old
-      pids if pids.size == count && server.stdout.scan(HANDED).size >= handoffs
+      pids if pids.size == count && server.stdout.scan(HANDED).size >= handoffs && server.handing_off?
     end
   end
 
@@ -82,6 +82,13 @@ class WebsocketWorkersTest < Minitest::Test
     assert_equal %w[http http], stats["worker_status"].map { |w| w["role"] }
     assert_equal [[-1, "websocket"], [-2, "websocket"]], stats["websocket_workers"].map { |w| w.values_at("index", "role") }
     assert_match(/WebSocket worker 2 \(PID: \d+\) booted/, server.stdout)
+    assert_equal [true, true], stats["worker_status"].map { |w| w.dig("last_status", "engine", "handoff_on") }
+    # A WebSocket worker has nothing to hand off (once it has checked in).
+    ws_handoff = server.wait_until(5, "the WebSocket workers' check-ins") do
+      seen = server.stats["websocket_workers"].map { |w| w.dig("last_status", "engine", "handoff_on") }
+      seen unless seen.include?(nil)
+    end
+    assert_equal [false, false], ws_handoff
     http_pids = server.booted_workers.values
     assert_empty http_pids & ws_pids
 
@@ -161,7 +168,8 @@ class WebsocketWorkersTest < Minitest::Test
       client.close
       plain << get_pid(server)
       replacement = server.stats["websocket_workers"].first
-      break if replacement && replacement["booted"] && replacement["pid"] != ws_pid && server.stdout.scan(HANDED).size >= 2
+      break if replacement && replacement["booted"] && replacement["pid"] != ws_pid &&
+               server.stdout.scan(HANDED).size >= 2 && server.handing_off?
       flunk "no replacement WebSocket worker\n#{server.stdout}" if monotonic > deadline
     end
     refute_includes served_by, ws_pid

@@ -166,7 +166,7 @@ module Tsubame
       with_cluster(CABLE_APP, workers: 2, args: SERVER_ARGS + ["--websocket-workers", "1"], env: TSUBAME_ADAPTER) do |server|
         ws_pid = server.wait_until(30, "the WebSocket worker") do
           ws = server.stats["websocket_workers"].first
-          ws["pid"] if ws&.dig("booted") && server.stdout.include?("go to the WebSocket workers")
+          ws["pid"] if ws&.dig("booted") && server.stdout.include?("go to the WebSocket workers") && server.handing_off?
         end
         http_pids = server.booted_workers.values
         cable_clients(server, 200) do |clients|

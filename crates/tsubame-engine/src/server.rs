@@ -159,6 +159,12 @@ impl Engine {
         }
     }
 
+    /// Whether this HTTP worker hands upgrades over now (what the master
+    /// last told it); false without a hand-off socket.
+    pub fn handoff_on(&self) -> bool {
+        self.shared.handoff.as_ref().is_some_and(|target| target.is_on())
+    }
+
     pub fn addresses(&self) -> &[String] {
         &self.addresses
     }

@@ -487,6 +487,7 @@ impl Server {
         hash.aset("proxy_refused", s.proxy_refused)?;
         hash.aset("inline", rb_self.engine.inline().is_some())?;
         hash.aset("inline_takeovers", s.inline_takeovers)?;
+        hash.aset("handoff_on", rb_self.engine.handoff_on())?;
         hash.aset("handoffs_sent", s.handoffs_sent)?;
         hash.aset("handoffs_failed", s.handoffs_failed)?;
         hash.aset("handoffs_received", s.handoffs_received)?;

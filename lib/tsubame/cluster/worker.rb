@@ -99,7 +99,7 @@ module Tsubame
                                            busy_accept_delay: @options[:wait_for_less_busy_worker],
                                            worker_index: @index, handoff: @handoff)
       @server.start
-      hand_off_upgrades(@handoff_on) if @handoff
+      @server.handoff = @handoff_on if @handoff
       @server.upgrades.relay = ->(publish) { @link.send(publish) }
     end
 
@@ -232,9 +232,14 @@ module Tsubame
 
     # websocket_workers: the master says whether a WebSocket worker is up
     # (a no-op in a WebSocket worker, whose engine has nothing to hand off).
+    # Checks in at once, so the master's /stats shows the change
+    # (`handoff_on`) without waiting for the next ping.
     def hand_off_upgrades(on)
       @handoff_on = on
-      @server&.handoff = on
+      return unless @server
+
+      @server.handoff = on
+      @link.send("type" => "ping", "status" => status)
     end
 
     def backtraces
