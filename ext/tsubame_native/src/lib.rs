@@ -1,6 +1,7 @@
 //! The Ruby binding: thin wrappers that move requests between the engine
 //! (crates/tsubame-engine) and Ruby threads. All `unsafe` lives in `ffi`.
 
+mod app_loop;
 mod errors;
 mod ffi;
 mod gvl_turns;
@@ -55,6 +56,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     server.define_method("enter_lame_duck", method!(server::Server::enter_lame_duck, 0))?;
     server.define_method("handoff=", method!(server::Server::set_handoff, 1))?;
     server.define_method("next_request", method!(server::Server::next_request, 0))?;
+    server.define_method("serve", method!(app_loop::serve, 3))?;
     server.define_method("wait", method!(server::Server::wait, 0))?;
     server.define_method("stats", method!(server::Server::stats, 0))?;
     server.define_method("metrics", method!(metrics::metrics, 0))?;

@@ -56,6 +56,15 @@ impl DataTypeFunctions for Request {
     }
 }
 
+/// A request's env, its `rack.input` as built (the app may replace the
+/// env's), and whether the request has an `Upgrade` header (its env needs
+/// `rack.protocol`, which the Ruby side adds).
+pub struct BuiltEnv {
+    pub env: RHash,
+    pub input: Value,
+    pub upgrade_header: bool,
+}
+
 fn arg_error(ruby: &Ruby, message: String) -> Error {
     Error::new(ruby.exception_arg_error(), message)
 }
@@ -113,6 +122,11 @@ impl Request {
 
     /// Builds the env on top of `base` (the per-server constant keys).
     pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
+        Self::build_env(ruby, rb_self, base).map(|built| built.env)
+    }
+
+    /// `env`, with what the native app loop (`app_loop.rs`) needs besides.
+    pub fn build_env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<BuiltEnv, Error> {
         let (Some(body), Some(head)) = (rb_self.body.borrow_mut().take(), rb_self.head.borrow_mut().take()) else {
             return Err(Error::new(
                 ruby.exception_runtime_error(),
@@ -122,7 +136,11 @@ impl Request {
         let input = crate::input::for_body(ruby, body);
         let env = rack_env::build(ruby, base, &head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
-        Ok(env)
+        Ok(BuiltEnv {
+            env,
+            input,
+            upgrade_header: head.header(b"upgrade").is_some(),
+        })
     }
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {

@@ -38,6 +38,10 @@ module Tsubame
       end
     end
 
+    def enabled?
+      @enabled
+    end
+
     # Wraps a worker thread's whole loop.
     def worker(&block)
       Thread.handle_interrupt(DEFERRED, &block)

@@ -353,6 +353,11 @@ module Tsubame
       gate = @io_gate
       hooks&.thread_started
       timeouts.worker do
+        # Nothing of the server's own to run around each request: the
+        # engine's loop calls the app (app_loop.rs), and hands back here
+        # only what it does not send itself.
+        next native.serve(@app, @base_env, self) if native_loop?
+
         while !gate || gate.acquire
           begin
             request = native.next_request
@@ -372,10 +377,21 @@ module Tsubame
       hooks&.thread_exiting
     end
 
+    # Whether `Native::Server#serve` runs the pool threads' loop: only when
+    # no request timeout, thread hook, max_io_threads gate, early hints or
+    # X-Sendfile has to run around each request.
+    def native_loop?
+      !@timeouts.enabled? && !@thread_hooks && !@io_gate && !@early_hints && !@x_sendfile
+    end
+
     # The Rack env of a request, the same whether a pool thread or a fiber
     # loop runs it.
     def env_for(request, gate = nil)
-      env = request.env(@base_env)
+      decorate(request.env(@base_env), request, gate)
+    end
+
+    # The env's entries the engine does not add.
+    def decorate(env, request, gate = nil)
       env["puma.mark_as_io_bound"] = gate.marker if gate
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
       # Rack 3.1's upgrade hint: the protocols the client's Upgrade header
@@ -388,34 +404,69 @@ module Tsubame
     end
 
     def handle(request, env)
-      status = headers = body = error = nil
       input = env["rack.input"]
       begin
         status, headers, body = @app.call(env)
-        return if request.hijacked?
-
-        headers = ResponseHeaders.normalize(headers, RACK3)
-        # rack.upgrade: the engine answers the handshake, not the app's
-        # response (its body is closed below as always).
-        return @upgrades.take(request, env, env["rack.upgrade"]) if env["rack.upgrade?"] && env["rack.upgrade"]
-
-        status, headers, body = @x_sendfile.apply(status, headers, body) if @x_sendfile
-        return switch_protocols(request, env, headers, body) if headers["rack.protocol"] && env["rack.protocol"]
-
-        result = request.respond(status, headers, body)
-        stream(result, headers, body) unless result == true
       rescue Exception => e # rubocop:disable Lint/RescueException
         # Anything the app raises, including ScriptError and timeouts, is
         # the request's failure, not the server's.
-        error = e
-        status = @app_errors.answer(request, env, e)
-      ensure
-        close_body(body, env)
-        finish(env, status, headers, error)
-        # After a full hijack the app may still be reading the body on
-        # its own thread; otherwise the request is over.
-        input.release unless request.hijacked?
+        return complete(request, env, input, nil, nil, nil, e)
       end
+      complete(request, env, input, status, headers, body, nil)
+    end
+
+    # From the native loop (app_loop.rs): a request whose env needs
+    # `decorate` (an Upgrade header), served whole here.
+    def serve_decorated(request, env)
+      handle(request, decorate(env, request))
+    end
+
+    # From the native loop: the app returned something other than an
+    # Array, destructured as Ruby does.
+    def complete_result(request, env, input, result)
+      status, headers, body = result
+      complete(request, env, input, status, headers, body, nil)
+    end
+
+    # Everything after the app's call: its response (or, when the app
+    # raised `error`, the error's), then `after_response`. `input` is the
+    # `rack.input` the request came with (the app may replace the env's).
+    def complete(request, env, input, status, headers, body, error)
+      unless error || request.hijacked?
+        begin
+          headers = ResponseHeaders.normalize(headers, RACK3)
+          status, headers, body = @x_sendfile.apply(status, headers, body) if @x_sendfile
+          send_response(request, env, status, headers, body)
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          error = e
+        end
+      end
+      status = @app_errors.answer(request, env, error) if error
+    ensure
+      after_response(request, env, input, status, headers, body, error)
+    end
+
+    def send_response(request, env, status, headers, body)
+      # rack.upgrade: the engine answers the handshake, not the app's
+      # response (its body is closed afterwards as always).
+      if env["rack.upgrade?"] && (handler = env["rack.upgrade"])
+        @upgrades.take(request, env, handler)
+      elsif headers["rack.protocol"] && env["rack.protocol"]
+        switch_protocols(request, env, headers, body)
+      else
+        result = request.respond(status, headers, body)
+        stream(result, headers, body) unless result == true
+      end
+    end
+
+    # The request's end, once its response went (or failed): the body's
+    # close, the response_finished callbacks, the input's release.
+    def after_response(request, env, input, status, headers, body, error)
+      close_body(body, env)
+      finish(env, status, headers, error)
+      # After a full hijack the app may still be reading the body on its
+      # own thread; otherwise the request is over.
+      input.release unless request.hijacked?
     end
 
     # A `rack.protocol` response header (Rack 3.1): the server switches the
