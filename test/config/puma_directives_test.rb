@@ -186,7 +186,8 @@ class PumaDirectivesTest < Minitest::Test
     refute_includes server.stdout, "Shutdown debug"
     server.stop
     assert_includes server.stdout, "- Shutdown debug: thread backtraces of PID #{server.pid}"
-    assert_match(/  Thread tsubame-0\n    .*in `next_request'/, server.stdout)
+    # An idle app thread waits in the engine's app loop (app_loop.rs).
+    assert_match(/  Thread tsubame-0\n    .*in `serve'/, server.stdout)
   end
 
   def test_shutdown_debug_on_force_only_when_the_drain_timed_out
