@@ -23,12 +23,12 @@ use crate::input::Input;
 use crate::rack_env::keys;
 use crate::request::Request;
 use crate::server::Server;
+use magnus::class::Class as _;
+use magnus::error::ErrorType;
+use magnus::rb_sys::AsRawValue;
 use magnus::typed_data::Obj;
 use magnus::value::{LazyId, OpaqueId, ReprValue};
-use magnus::rb_sys::AsRawValue;
 use magnus::ArgList;
-use magnus::error::ErrorType;
-use magnus::class::Class as _;
 use magnus::{Error, RArray, RHash, Ruby, TryConvert, Value};
 
 static CALL: LazyId = LazyId::new("call");
@@ -80,7 +80,11 @@ fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handle
     let finished: Option<Value> = env.get(ruby.get_inner(k.rack_response_finished));
     if finished.is_some_and(|f| RArray::from_value(f).is_none_or(|a| !a.is_empty())) {
         let nil = ruby.qnil().as_value();
-        return call(handler, *AFTER_RESPONSE, (request, env, input, status, headers, body, nil));
+        return call(
+            handler,
+            *AFTER_RESPONSE,
+            (request, env, input, status, headers, body, nil),
+        );
     }
     if let Ok(input) = Obj::<Input>::try_convert(input) {
         input.release();

@@ -2,7 +2,7 @@
 //! frozen, interned Ruby strings made once, so a request allocates only the
 //! strings that are really its own.
 
-use crate::ffi::{hash_dup, interned_str, EnvPairs};
+use crate::ffi::{hash_dup, hash_with_capacity, interned_str, EnvPairs};
 use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
 use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
@@ -58,6 +58,22 @@ static RACK3: AtomicBool = AtomicBool::new(false);
 
 pub fn set_rack3(on: bool) {
     RACK3.store(on, Ordering::Relaxed);
+}
+
+/// Entries a base env has room for (`env_template`): its own dozen and a
+/// request's: about twenty for a bare client, thirty-odd for a browser's
+/// dozen headers.
+const ENV_CAPACITY: usize = 64;
+
+/// `Tsubame::Native.env_template(hash)`: the base env with `hash`'s
+/// entries, made with room for a request's (see `hash_with_capacity`).
+pub fn env_template(ruby: &Ruby, base: RHash) -> Result<RHash, Error> {
+    let env = hash_with_capacity(ruby, ENV_CAPACITY.max(2 * base.len()));
+    base.foreach(|key: Value, value: Value| {
+        env.aset(key, value)?;
+        Ok(magnus::r_hash::ForEach::Continue)
+    })?;
+    Ok(env)
 }
 
 fn permanent(ruby: &Ruby, bytes: &[u8]) -> Opaque<RString> {

@@ -561,7 +561,8 @@ module Tsubame
       }
       env["rack.version"] = Rack::VERSION unless RACK3
       env.each_value { |value| value.freeze if value.is_a?(String) }
-      env.freeze
+      # Made with room for each request's entries: every env is a copy.
+      Native.env_template(env).freeze
     end
   end
 end
