@@ -105,7 +105,7 @@ class NativeLoopTest < Minitest::Test
       assert_equal "500", server.get("/bad-status").code
       assert_equal "500", server.get("/bad-header").code
       assert wait_for { server.stderr.include?("ArgumentError: the app failed") }, server.stderr
-      assert_match(/GET \/bad-status: ArgumentError: invalid response status 0/, server.stderr)
+      assert_match(/GET \/bad-status: ArgumentError: invalid response status 0\n\[tsubame\]/, server.stderr)
       assert_match(/GET \/bad-header: ArgumentError: invalid value for response header "x-bad"/, server.stderr)
       assert_equal "callbacks", server.get("/finished").body
       assert wait_for { File.exist?(@finished) }, "the response_finished callback never ran"

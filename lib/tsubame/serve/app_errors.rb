@@ -42,8 +42,11 @@ module Tsubame
     def log(error, env, context = nil)
       @count_lock.synchronize { @count += 1 }
       where = context ? " #{context}" : ""
-      backtrace = (error.backtrace || []).map { |line| "  #{line}" }.join("\n")
-      log_line("error#{where} handling #{describe(env)}: #{error.class}: #{error.message}\n#{backtrace}")
+      line = "error#{where} handling #{describe(env)}: #{error.class}: #{error.message}"
+      # An error the engine's loop met sending a response was never
+      # raised in Ruby and has no backtrace: no empty line for it.
+      (error.backtrace || []).each { |frame| line += "\n  #{frame}" }
+      log_line(line)
     end
 
     def log_line(message)
