@@ -55,9 +55,7 @@ module Tsubame
     def booted_workers(phase = nil)
       status = stats
       phase ||= status["phase"]
-      status["worker_status"]
-        .select { |w| w["booted"] && !w["stopping"] && w["phase"] == phase }
-        .to_h { |w| [w["index"], w["pid"]] }
+      serving(status["worker_status"]).select { |w| w["phase"] == phase }.to_h { |w| [w["index"], w["pid"]] }
     rescue SystemCallError, JSON::ParserError
       # Between an old master's exec and the new one's control app.
       {}
@@ -67,10 +65,16 @@ module Tsubame
     # upgrades to the WebSocket workers (the master's log line comes a
     # moment before each worker has heard it).
     def handing_off?
-      workers = stats["worker_status"].select { |w| w["booted"] && !w["stopping"] }
+      workers = serving(stats["worker_status"])
       !workers.empty? && workers.all? { |w| w.dig("last_status", "engine", "handoff_on") == true }
     rescue SystemCallError, JSON::ParserError
       false
+    end
+
+    # The entries of /stats' `worker_status` (or `websocket_workers`) that
+    # have booted and are not stopping.
+    def serving(entries)
+      entries.select { |w| w["booted"] && !w["stopping"] }
     end
 
     def wait_until(timeout, what)

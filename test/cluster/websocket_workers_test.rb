@@ -60,7 +60,7 @@ class WebsocketWorkersTest < Minitest::Test
   # HTTP workers were told `handoffs` times to hand upgrades over.
   def wait_for_websocket_workers(server, count, old: [], handoffs: 1)
     server.wait_until(20, "#{count} booted WebSocket workers") do
-      pids = server.stats["websocket_workers"].select { |w| w["booted"] && !w["stopping"] }.map { |w| w["pid"] } - old
+      pids = server.serving(server.stats["websocket_workers"]).map { |w| w["pid"] } - old
       pids if pids.size == count && server.stdout.scan(HANDED).size >= handoffs && server.handing_off?
     end
   end

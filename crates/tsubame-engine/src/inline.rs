@@ -284,14 +284,13 @@ impl Inline {
         let _ = self.keeper.set(std::thread::current());
         // Consecutive looks that found nothing to take over.
         let mut idle_looks = 0u32;
-        let mut interval = TAKEOVER;
         loop {
+            let interval = Self::look_interval(idle_looks);
             match self.holder.load(Ordering::Acquire) {
                 CLOSED => return,
                 _ if self.closing.load(Ordering::Acquire) => return,
                 FREE if self.since_release() >= TAKEOVER => {
                     idle_looks = 0;
-                    interval = TAKEOVER;
                     if let Some(mut held) = self.try_take(KEEPER) {
                         Stats::bump(&self.shared.stats.inline_takeovers);
                         self.want.store(false, Ordering::Relaxed);
@@ -304,7 +303,7 @@ impl Inline {
                 }
                 FREE => {
                     std::thread::park_timeout(interval.saturating_sub(self.since_release()));
-                    (idle_looks, interval) = Self::back_off(idle_looks);
+                    idle_looks = idle_looks.saturating_add(1);
                 }
                 _ if self.shared.queue.driver_parked() => {
                     // The app thread waits for a request in the runtime:
@@ -317,20 +316,19 @@ impl Inline {
                     // The app thread left with a request after a quiet
                     // spell: that request is watched at the full rate.
                     idle_looks = 0;
-                    interval = TAKEOVER;
                 }
                 _ => {
                     std::thread::park_timeout(interval);
-                    (idle_looks, interval) = Self::back_off(idle_looks);
+                    idle_looks = idle_looks.saturating_add(1);
                 }
             }
         }
     }
 
-    /// The keeper's next interval after one more look that found nothing.
-    fn back_off(idle_looks: u32) -> (u32, Duration) {
-        let looks = idle_looks.saturating_add(1);
-        (looks, TAKEOVER * (1 << looks.min(KEEPER_BACKOFF)))
+    /// The keeper's interval after `idle_looks` looks in a row that found
+    /// nothing to take over.
+    fn look_interval(idle_looks: u32) -> Duration {
+        TAKEOVER * (1 << idle_looks.min(KEEPER_BACKOFF))
     }
 
     /// Stops the keeper and shuts the runtime down once nobody drives (a
@@ -380,10 +378,11 @@ mod tests {
 
     #[test]
     fn the_keeper_looks_less_often_while_it_finds_nothing_up_to_2_ms() {
-        assert_eq!(Inline::back_off(0), (1, Duration::from_millis(1)));
-        assert_eq!(Inline::back_off(1), (2, Duration::from_millis(2)));
-        assert_eq!(Inline::back_off(2), (3, Duration::from_millis(2)));
-        assert_eq!(Inline::back_off(u32::MAX).1, Duration::from_millis(2));
+        assert_eq!(Inline::look_interval(0), TAKEOVER);
+        assert_eq!(Inline::look_interval(1), Duration::from_millis(1));
+        assert_eq!(Inline::look_interval(2), Duration::from_millis(2));
+        assert_eq!(Inline::look_interval(3), Duration::from_millis(2));
+        assert_eq!(Inline::look_interval(u32::MAX), Duration::from_millis(2));
     }
 
     fn inline(spin: Duration) -> Arc<Inline> {

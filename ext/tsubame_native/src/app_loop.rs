@@ -8,8 +8,6 @@
 //!
 //! Anything else goes to the Ruby handler (`Tsubame::Server`), which does
 //! what its own loop does from that point on, so both loops answer alike:
-//! - `serve_decorated(request, env)`: a request with an `Upgrade` header
-//!   (its env gets `rack.protocol`), the whole request;
 //! - `complete(request, env, input, status, headers, body, error)`: the app
 //!   raised, or its response is not plain (a body other than an Array, a
 //!   `rack.hijack` or `rack.protocol` header, headers other than a Hash, a
@@ -20,7 +18,7 @@
 //!   the response went, but `rack.response_finished` callbacks wait.
 
 use crate::input::Input;
-use crate::rack_env::keys;
+use crate::rack_env::{keys, Keys};
 use crate::request::Request;
 use crate::server::Server;
 use magnus::class::Class as _;
@@ -32,7 +30,6 @@ use magnus::ArgList;
 use magnus::{Error, RArray, RHash, Ruby, TryConvert, Value};
 
 static CALL: LazyId = LazyId::new("call");
-static SERVE_DECORATED: LazyId = LazyId::new("serve_decorated");
 static COMPLETE: LazyId = LazyId::new("complete");
 static COMPLETE_RESULT: LazyId = LazyId::new("complete_result");
 static AFTER_RESPONSE: LazyId = LazyId::new("after_response");
@@ -51,9 +48,6 @@ pub fn serve(ruby: &Ruby, rb_self: &Server, app: Value, base: RHash, handler: Va
 fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handler: Value) -> Result<(), Error> {
     let built = Request::build_env(ruby, request, base)?;
     let (env, input) = (built.env, built.input);
-    if built.upgrade_header {
-        return call(handler, *SERVE_DECORATED, (request, env));
-    }
     let result: Value = match app.funcall(*CALL, (env,)) {
         Ok(result) => result,
         Err(e) => {
@@ -66,7 +60,8 @@ fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handle
         return call(handler, *COMPLETE_RESULT, (request, env, input, result));
     };
     let (status, headers, body): (Value, Value, Value) = (triple.entry(0)?, triple.entry(1)?, triple.entry(2)?);
-    if !is_plain(ruby, &request, env, headers, body)? {
+    let k = keys(ruby)?;
+    if !is_plain(ruby, k, &request, env, headers, body) {
         let nil = ruby.qnil().as_value();
         return call(handler, *COMPLETE, (request, env, input, status, headers, body, nil));
     }
@@ -76,7 +71,6 @@ fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handle
     }
     // An Array has no `close`; what is left of the Ruby loop's ensure is
     // the callbacks and the input.
-    let k = keys(ruby)?;
     let finished: Option<Value> = env.get(ruby.get_inner(k.rack_response_finished));
     if finished.is_some_and(|f| RArray::from_value(f).is_none_or(|a| !a.is_empty())) {
         let nil = ruby.qnil().as_value();
@@ -96,19 +90,18 @@ fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handle
 /// nothing to close: an Array body (exactly Array, so no `close`), headers
 /// exactly a Hash (raw lookups mean what `[]` means) without `rack.hijack`
 /// or `rack.protocol`, no `rack.upgrade` taken, the socket not hijacked.
-fn is_plain(ruby: &Ruby, request: &Request, env: RHash, headers: Value, body: Value) -> Result<bool, Error> {
+fn is_plain(ruby: &Ruby, k: &Keys, request: &Request, env: RHash, headers: Value, body: Value) -> bool {
     if request.is_hijacked() || !is_exactly(body, ruby.class_array().as_value()) {
-        return Ok(false);
+        return false;
     }
     let Some(headers) = RHash::from_value(headers).filter(|h| is_exactly(h.as_value(), ruby.class_hash().as_value()))
     else {
-        return Ok(false);
+        return false;
     };
-    let k = keys(ruby)?;
     let truthy = |v: Option<Value>| v.is_some_and(|v| v.to_bool());
-    Ok(!truthy(env.get(ruby.get_inner(k.rack_upgrade)))
+    !truthy(env.get(ruby.get_inner(k.rack_upgrade)))
         && !truthy(headers.get(ruby.get_inner(k.rack_hijack)))
-        && !truthy(headers.get(ruby.get_inner(k.rack_protocol))))
+        && !truthy(headers.get(ruby.get_inner(k.rack_protocol)))
 }
 
 /// A call into the Ruby handler; what it returns means nothing here.

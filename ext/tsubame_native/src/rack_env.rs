@@ -386,6 +386,9 @@ pub fn build(
         }
     } else {
         set(k.rack_hijack, request);
+        if let Some(offered) = protocols_offered(ruby, head)? {
+            set(k.rack_protocol, offered.as_value());
+        }
     }
     if let Some(kind) = upgrade_offer(head) {
         set(k.rack_upgrade_p, ruby.to_symbol(kind).as_value());
@@ -396,6 +399,29 @@ pub fn build(
     set(k.rack_after_reply, finished.as_value());
     pairs.insert_into(env);
     Ok(env)
+}
+
+/// Rack 3.1's `rack.protocol`: the protocols the request's `Upgrade`
+/// headers offer, in order, trimmed, empty ones left out; `None` without
+/// one. Set where the connection can be handed over (HTTP/1, where
+/// `rack.hijack` is).
+fn protocols_offered(ruby: &Ruby, head: &RequestHead) -> Result<Option<magnus::RArray>, Error> {
+    let mut offers = head
+        .headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(b"upgrade"))
+        .peekable();
+    if offers.peek().is_none() {
+        return Ok(None);
+    }
+    let list = ruby.ary_new();
+    for protocol in offers.flat_map(|(_, value)| value.split(|&b| b == b',')) {
+        let protocol = protocol.trim_ascii();
+        if !protocol.is_empty() {
+            list.push(ruby.str_from_slice(protocol))?;
+        }
+    }
+    Ok(Some(list))
 }
 
 /// What `rack.upgrade?` offers: "websocket" for an HTTP/1.1 WebSocket

@@ -56,13 +56,11 @@ impl DataTypeFunctions for Request {
     }
 }
 
-/// A request's env, its `rack.input` as built (the app may replace the
-/// env's), and whether the request has an `Upgrade` header (its env needs
-/// `rack.protocol`, which the Ruby side adds).
+/// A request's env and its `rack.input` as built (the app may replace the
+/// env's).
 pub struct BuiltEnv {
     pub env: RHash,
     pub input: Value,
-    pub upgrade_header: bool,
 }
 
 fn arg_error(ruby: &Ruby, message: String) -> Error {
@@ -136,11 +134,7 @@ impl Request {
         let input = crate::input::for_body(ruby, body);
         let env = rack_env::build(ruby, base, &head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
-        Ok(BuiltEnv {
-            env,
-            input,
-            upgrade_header: head.header(b"upgrade").is_some(),
-        })
+        Ok(BuiltEnv { env, input })
     }
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {

@@ -175,7 +175,7 @@ module Tsubame
           next
         end
 
-        link_open &&= @link.send("type" => "ping", "status" => status)
+        link_open &&= ping
         next_ping = [next_ping + interval, monotonic].max
       end
     rescue StandardError => e
@@ -239,6 +239,11 @@ module Tsubame
       return unless @server
 
       @server.handoff = on
+      ping
+    end
+
+    # The master's view of this worker: alive, and its latest status.
+    def ping
       @link.send("type" => "ping", "status" => status)
     end
 

@@ -387,18 +387,9 @@ module Tsubame
     # The Rack env of a request, the same whether a pool thread or a fiber
     # loop runs it.
     def env_for(request, gate = nil)
-      decorate(request.env(@base_env), request, gate)
-    end
-
-    # The env's entries the engine does not add.
-    def decorate(env, request, gate = nil)
+      env = request.env(@base_env)
       env["puma.mark_as_io_bound"] = gate.marker if gate
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
-      # Rack 3.1's upgrade hint: the protocols the client's Upgrade header
-      # offers, where the connection can be handed over (not TLS, not h2).
-      if (offered = env["HTTP_UPGRADE"]) && env["rack.hijack"]
-        env["rack.protocol"] = offered.split(",").map(&:strip).reject(&:empty?)
-      end
       @x_sendfile&.prepare(env)
       env
     end
@@ -415,13 +406,7 @@ module Tsubame
       complete(request, env, input, status, headers, body, nil)
     end
 
-    # From the native loop (app_loop.rs): a request whose env needs
-    # `decorate` (an Upgrade header), served whole here.
-    def serve_decorated(request, env)
-      handle(request, decorate(env, request))
-    end
-
-    # From the native loop: the app returned something other than an
+    # From the native loop (app_loop.rs): the app returned something other than an
     # Array, destructured as Ruby does.
     def complete_result(request, env, input, result)
       status, headers, body = result
