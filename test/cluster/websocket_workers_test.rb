@@ -151,6 +151,19 @@ class WebsocketWorkersTest < Minitest::Test
   # connections end; upgrades made while it is gone are served (by the HTTP
   # workers, or by its replacement once it boots); afterwards they go to
   # the replacement.
+  # A worker checks in as soon as the master turns hand-offs on, not at
+  # its next ping: with pings 5 s apart, /stats shows it within moments.
+  def test_http_workers_report_the_hand_off_as_soon_as_the_master_turns_it_on
+    server = Tsubame::ClusterServer.new(APP, workers: 2, config: "worker_check_interval 5\n",
+                                             args: ["--websocket-workers", "1"])
+    server.wait_until(20, "the master's hand-off line") { server.stdout.include?(HANDED) }
+    deadline = monotonic + 2
+    sleep 0.05 until server.handing_off? || monotonic > deadline
+    assert server.handing_off?, "handoff_on in every HTTP worker within 2 s\n#{server.stats["worker_status"]}"
+  ensure
+    server&.kill
+  end
+
   def test_a_killed_websocket_worker_loses_only_its_connections_and_nothing_else_fails
     server, (ws_pid,) = start
     clients = Array.new(3) { ws_client(server) }
