@@ -127,4 +127,36 @@ class SharedValuesTest < Minitest::Test
       sock&.close
     end
   end
+
+  TABLE_APP = <<~'RUBY'
+    # frozen_string_literal: true
+
+    require "objspace"
+    run lambda { |env|
+      at_entry = ObjectSpace.memsize_of(env)
+      env["QUERY_STRING"].to_i.times { |i| env["app.entry.#{i}"] = i }
+      text = "#{at_entry} #{ObjectSpace.memsize_of(env)}"
+      [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]]
+    }
+  RUBY
+
+  # The env is a copy of the smallest base table with room for the
+  # request's entries and for what the app's last env held (step 6): a
+  # short request's env is a small table, and an app that adds dozens of
+  # entries finds room for them from its next request on.
+  def test_the_env_comes_with_room_for_the_request_and_what_the_app_adds
+    with_server(TABLE_APP, lint: false, args: ["-t", "1:1"]) do |s|
+      sock = s.socket
+      host = "Host: example.com\r\n"
+      small, = keep_alive_get(sock, "/?0", host).split.map(&:to_i)
+      _, grown = keep_alive_get(sock, "/?40", host).split.map(&:to_i)
+      at_entry, after = keep_alive_get(sock, "/?40", host).split.map(&:to_i)
+      assert_operator grown, :>, small, "adding 40 entries grows the table"
+      assert_equal at_entry, after, "the next env already had room for the app's 40 entries"
+      # A 32-entry table; 64 entries would be 1.8 KB, 128 3.4 KB.
+      assert_operator small, :<, 1_200, "a short request's env is a 32-entry table"
+    ensure
+      sock&.close
+    end
+  end
 end

@@ -37,16 +37,16 @@ static AFTER_RESPONSE: LazyId = LazyId::new("after_response");
 /// Runs until the server stops (`next_request` gives nil). Returns an
 /// error only when Ruby unwinds the thread (kill, a `throw`), never for
 /// what the app raises.
-pub fn serve(ruby: &Ruby, rb_self: &Server, app: Value, base: RHash, handler: Value) -> Result<(), Error> {
+pub fn serve(ruby: &Ruby, rb_self: &Server, app: Value, templates: RArray, handler: Value) -> Result<(), Error> {
     while let Some(request) = Server::next_request(ruby, rb_self)? {
         let request = ruby.obj_wrap(request);
-        serve_one(ruby, request, app, base, handler)?;
+        serve_one(ruby, request, app, templates, handler)?;
     }
     Ok(())
 }
 
-fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, base: RHash, handler: Value) -> Result<(), Error> {
-    let built = Request::build_env(ruby, request, base)?;
+fn serve_one(ruby: &Ruby, request: Obj<Request>, app: Value, templates: RArray, handler: Value) -> Result<(), Error> {
+    let built = Request::build_env(ruby, request, templates)?;
     let (env, input) = (built.env, built.input);
     let result: Value = match app.funcall(*CALL, (env,)) {
         Ok(result) => result,

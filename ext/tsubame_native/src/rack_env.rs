@@ -5,13 +5,14 @@
 use crate::ffi::{hash_dup, hash_with_capacity, interned_str, EnvPairs};
 use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
-use magnus::{gc, Error, RHash, RString, Ruby, TryConvert, Value};
+use magnus::{gc, Error, RArray, RHash, RString, Ruby, TryConvert, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use tsubame_engine::message::head::RequestHead;
 use tsubame_engine::message::head::{Framing, Version};
+use tsubame_engine::dispatch::job::ListenerInfo;
 use tsubame_engine::ConnInfo;
 
 /// Frozen, interned, permanently marked strings.
@@ -60,20 +61,70 @@ pub fn set_rack3(on: bool) {
     RACK3.store(on, Ordering::Relaxed);
 }
 
-/// Entries a base env has room for (`env_template`): its own dozen and a
-/// request's: about twenty for a bare client, thirty-odd for a browser's
-/// dozen headers.
-const ENV_CAPACITY: usize = 64;
+/// The table sizes the env templates come in (`env_templates`). Ruby's
+/// tables hold a power of two of entries, and a size of exactly a power of
+/// two gets the next one up: 64 would make a 128-entry table, 3 KiB that
+/// each request's env allocated and left for the GC to free.
+const ENV_CAPACITIES: [usize; 4] = [32, 64, 128, 256];
 
-/// `Tsubame::Native.env_template(hash)`: the base env with `hash`'s
-/// entries, made with room for a request's (see `hash_with_capacity`).
-pub fn env_template(ruby: &Ruby, base: RHash) -> Result<RHash, Error> {
-    let env = hash_with_capacity(ruby, ENV_CAPACITY.max(2 * base.len()));
-    base.foreach(|key: Value, value: Value| {
-        env.aset(key, value)?;
-        Ok(magnus::r_hash::ForEach::Continue)
-    })?;
-    Ok(env)
+/// Entries every request adds to the base env besides one per header
+/// field (`build`: the request line's seven, the address, server name and
+/// port, input, hijack, this request, and the two callback lists).
+const REQUEST_ENTRIES: usize = 15;
+
+/// How many entries the last env the app answered held: the app's own
+/// additions (a framework's dozens) included, so the next env is made with
+/// room for them instead of growing, and copied, while the app runs.
+static ENTRIES_SEEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Notes the size of an env the app has answered (`Request#respond`).
+pub fn note_answered_env(entries: usize) {
+    if ENTRIES_SEEN.load(Ordering::Relaxed) != entries {
+        ENTRIES_SEEN.store(entries, Ordering::Relaxed);
+    }
+}
+
+/// `Tsubame::Native.env_templates(hash)`: `hash`'s entries in frozen
+/// Hashes of each size in `ENV_CAPACITIES` (a frozen Array of them); each
+/// request's env is a copy of the smallest that has room for it, and a
+/// copy keeps its table's size, so filling it allocates nothing more.
+pub fn env_templates(ruby: &Ruby, base: RHash) -> Result<RArray, Error> {
+    let templates = ruby.ary_new_capa(ENV_CAPACITIES.len());
+    for capacity in ENV_CAPACITIES {
+        // One less: see `ENV_CAPACITIES`.
+        let env = hash_with_capacity(ruby, capacity - 1);
+        base.foreach(|key: Value, value: Value| {
+            env.aset(key, value)?;
+            Ok(magnus::r_hash::ForEach::Continue)
+        })?;
+        env.freeze();
+        templates.push(env)?;
+    }
+    templates.freeze();
+    Ok(templates)
+}
+
+/// The template for `head`'s env: the smallest with room for what the
+/// request adds and for what the app's last env ended up holding.
+fn template_for(templates: RArray, head: &RequestHead, listener: &ListenerInfo) -> Result<RHash, Error> {
+    let base_len = templates.entry::<RHash>(0)?.len();
+    let scheme = if listener.url_scheme == "https" || listener.trust_forwarded_proto {
+        2 // rack.url_scheme, HTTPS
+    } else {
+        0
+    };
+    let upgrade = if head.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case(b"upgrade")) {
+        2 // rack.protocol, rack.upgrade?
+    } else {
+        0
+    };
+    let wanted = (base_len + REQUEST_ENTRIES + head.headers.len() + scheme + upgrade)
+        .max(ENTRIES_SEEN.load(Ordering::Relaxed));
+    let index = ENV_CAPACITIES
+        .iter()
+        .position(|&capacity| capacity >= wanted)
+        .unwrap_or(ENV_CAPACITIES.len() - 1);
+    templates.entry(index as isize)
 }
 
 fn permanent(ruby: &Ruby, bytes: &[u8]) -> Opaque<RString> {
@@ -288,14 +339,14 @@ fn split_host(host: &[u8]) -> (&[u8], Option<&[u8]>) {
 
 pub fn build(
     ruby: &Ruby,
-    base: RHash,
+    templates: RArray,
     head: &RequestHead,
     conn: &ConnInfo,
     input: Value,
     request: Value,
 ) -> Result<RHash, Error> {
     let k = keys(ruby)?;
-    let env = hash_dup(ruby, base)?;
+    let env = hash_dup(ruby, template_for(templates, head, &conn.listener)?)?;
     let mut pairs = EnvPairs::new();
     let mut set = |key: Opaque<RString>, value: Value| pairs.push(env, ruby.get_inner(key), value);
     let bytes = |b: &[u8]| ruby.str_from_slice(b).as_value();

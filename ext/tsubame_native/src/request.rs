@@ -118,13 +118,14 @@ impl Request {
         Some(deadline.as_secs_f64() - self.received_at.elapsed().as_secs_f64())
     }
 
-    /// Builds the env on top of `base` (the per-server constant keys).
-    pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<RHash, Error> {
-        Self::build_env(ruby, rb_self, base).map(|built| built.env)
+    /// Builds the env on a copy of one of `templates` (the per-server
+    /// constant entries, `Native.env_templates`).
+    pub fn env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, templates: RArray) -> Result<RHash, Error> {
+        Self::build_env(ruby, rb_self, templates).map(|built| built.env)
     }
 
     /// `env`, with what the native app loop (`app_loop.rs`) needs besides.
-    pub fn build_env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, base: RHash) -> Result<BuiltEnv, Error> {
+    pub fn build_env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, templates: RArray) -> Result<BuiltEnv, Error> {
         let (Some(body), Some(head)) = (rb_self.body.borrow_mut().take(), rb_self.head.borrow_mut().take()) else {
             return Err(Error::new(
                 ruby.exception_runtime_error(),
@@ -132,7 +133,7 @@ impl Request {
             ));
         };
         let input = crate::input::for_body(ruby, body);
-        let env = rack_env::build(ruby, base, &head, &rb_self.conn, input, rb_self.as_value())?;
+        let env = rack_env::build(ruby, templates, &head, &rb_self.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
         Ok(BuiltEnv { env, input })
     }
@@ -200,6 +201,9 @@ impl Request {
     /// `Stream` the caller feeds the body into.
     pub fn respond(ruby: &Ruby, rb_self: &Self, status: Value, headers: Value, body: Value) -> Result<Value, Error> {
         release_pinned();
+        if let Some(env) = rb_self.env.get() {
+            rack_env::note_answered_env(ruby.get_inner(env).len());
+        }
         let status = status_code(ruby, status)?;
         let mut head = ResponseHead::new(status).map_err(|e| arg_error(ruby, e.to_string()))?;
         let hijack = add_headers(ruby, &mut head, headers)?;

@@ -123,7 +123,7 @@ module Tsubame
 
     def start
       bind
-      @base_env = base_env
+      @env_templates = env_templates
       @early_hints = @options[:early_hints]
       @x_sendfile = sendfile_variation
       @timeouts = RequestTimeouts.new(@native, @options[:request_timeout_grace], @app_errors.method(:log_line),
@@ -356,7 +356,7 @@ module Tsubame
         # Nothing of the server's own to run around each request: the
         # engine's loop calls the app (app_loop.rs), and hands back here
         # only what it does not send itself.
-        next native.serve(@app, @base_env, self) if native_loop?
+        next native.serve(@app, @env_templates, self) if native_loop?
 
         while !gate || gate.acquire
           begin
@@ -387,7 +387,7 @@ module Tsubame
     # The Rack env of a request, the same whether a pool thread or a fiber
     # loop runs it.
     def env_for(request, gate = nil)
-      env = request.env(@base_env)
+      env = request.env(@env_templates)
       env["puma.mark_as_io_bound"] = gate.marker if gate
       env["rack.early_hints"] = request.method(:early_hints) if @early_hints
       @x_sendfile&.prepare(env)
@@ -530,7 +530,7 @@ module Tsubame
       end
     end
 
-    def base_env
+    def env_templates
       env = {
         "rack.errors" => $stderr,
         "rack.multithread" => @options[:threads_max] > 1,
@@ -546,8 +546,9 @@ module Tsubame
       }
       env["rack.version"] = Rack::VERSION unless RACK3
       env.each_value { |value| value.freeze if value.is_a?(String) }
-      # Made with room for each request's entries: every env is a copy.
-      Native.env_template(env).freeze
+      # In tables of a few sizes: every env is a copy of the smallest one
+      # with room for the request's entries and the app's.
+      Native.env_templates(env)
     end
   end
 end
