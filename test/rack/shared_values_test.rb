@@ -159,4 +159,34 @@ class SharedValuesTest < Minitest::Test
       sock&.close
     end
   end
+
+  ECHO_HOST_APP = <<~'RUBY'
+    # frozen_string_literal: true
+
+    run lambda { |env|
+      text = "#{env["HTTP_HOST"]} #{env["SERVER_NAME"]} #{env["SERVER_PORT"]} #{env["HTTP_USER_AGENT"]}"
+      [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]]
+    }
+  RUBY
+
+  # Shared values are found again by comparing bytes with the one slot a
+  # value maps to (step 6): values that map to the same slot, or differ in
+  # one byte in the middle, must each come back as sent.
+  def test_shared_values_that_differ_by_a_byte_or_share_a_slot_come_back_as_sent
+    with_server(ECHO_HOST_APP, lint: false) do |s|
+      sock = s.socket
+      hosts = (0...150).map { |i| "h#{i.to_s.rjust(3, "0")}x.test:#{8000 + i}" } +
+              ["ab.test:80", "aa.test:80", "ab.test:80", "ab.tesu:80", "a.test"]
+      2.times do
+        hosts.each_with_index do |host, i|
+          agent = "agent/#{i % 7}.0"
+          name, port = host.split(":")
+          body = keep_alive_get(sock, "/", "Host: #{host}\r\nUser-Agent: #{agent}\r\n")
+          assert_equal "#{host} #{name} #{port || "80"} #{agent}", body
+        end
+      end
+    ensure
+      sock&.close
+    end
+  end
 end
