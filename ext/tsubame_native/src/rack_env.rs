@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
+use tsubame_engine::dispatch::job::ListenerInfo;
 use tsubame_engine::message::head::RequestHead;
 use tsubame_engine::message::head::{Framing, Version};
-use tsubame_engine::dispatch::job::ListenerInfo;
 use tsubame_engine::ConnInfo;
 
 /// Frozen, interned, permanently marked strings.
@@ -113,13 +113,17 @@ fn template_for(templates: RArray, head: &RequestHead, listener: &ListenerInfo) 
     } else {
         0
     };
-    let upgrade = if head.headers.iter().any(|(name, _)| name.eq_ignore_ascii_case(b"upgrade")) {
+    let upgrade = if head
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case(b"upgrade"))
+    {
         2 // rack.protocol, rack.upgrade?
     } else {
         0
     };
-    let wanted = (base_len + REQUEST_ENTRIES + head.headers.len() + scheme + upgrade)
-        .max(ENTRIES_SEEN.load(Ordering::Relaxed));
+    let wanted =
+        (base_len + REQUEST_ENTRIES + head.headers.len() + scheme + upgrade).max(ENTRIES_SEEN.load(Ordering::Relaxed));
     let index = ENV_CAPACITIES
         .iter()
         .position(|&capacity| capacity >= wanted)

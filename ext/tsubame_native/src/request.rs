@@ -125,7 +125,11 @@ impl Request {
     }
 
     /// `env`, with what the native app loop (`app_loop.rs`) needs besides.
-    pub fn build_env(ruby: &Ruby, rb_self: magnus::typed_data::Obj<Self>, templates: RArray) -> Result<BuiltEnv, Error> {
+    pub fn build_env(
+        ruby: &Ruby,
+        rb_self: magnus::typed_data::Obj<Self>,
+        templates: RArray,
+    ) -> Result<BuiltEnv, Error> {
         let (Some(body), Some(head)) = (rb_self.body.borrow_mut().take(), rb_self.head.borrow_mut().take()) else {
             return Err(Error::new(
                 ruby.exception_runtime_error(),

@@ -407,8 +407,9 @@ impl Server {
         // finished, if it had one: one lock for both.
         let mut first = match HOLDING_JOB.with(|h| h.replace(None)) {
             Some(taken) => {
-                queue.record_service(taken.elapsed());
-                Some(queue.finished_and_try_pop())
+                let now = Instant::now();
+                queue.record_service(now.saturating_duration_since(taken));
+                Some(queue.finished_and_try_pop(now))
             }
             None => None,
         };

@@ -84,7 +84,7 @@ impl FiberQueue {
     /// Never blocks. Jobs the connection gave up on while queued are skipped.
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
-        if let Some(job) = state.take_live(&self.wait_times) {
+        if let Some(job) = state.take_live(&self.wait_times, None) {
             return Pop::Job(Box::new(job));
         }
         if state.closed {

@@ -37,14 +37,16 @@ impl Backlog {
     /// Pops the next job to run, marking it taken: jobs whose connection
     /// gave up on them (a request deadline that passed while queued) are
     /// dropped.
-    pub fn take_live(&mut self, wait_times: &Histogram) -> Option<Job> {
+    /// `now`: a clock read the caller already made (a thread that just
+    /// finished a request timed its service with it), or None to read one.
+    pub fn take_live(&mut self, wait_times: &Histogram, now: Option<std::time::Instant>) -> Option<Job> {
         while let Some(mut job) = self.jobs.pop_front() {
             if job.state.take() {
                 self.running += 1;
                 self.taken += 1;
                 // One clock read for the wait histogram and the job's
                 // own record (metrics, access log).
-                let now = std::time::Instant::now();
+                let now = now.unwrap_or_else(std::time::Instant::now);
                 let waited = now.saturating_duration_since(job.queued_at);
                 wait_times.record(waited);
                 job.state
@@ -176,8 +178,8 @@ impl JobQueue {
         &self.wait_times
     }
 
-    fn pop_live(&self, state: &mut State) -> Option<Job> {
-        let job = state.backlog.take_live(&self.wait_times);
+    fn pop_live(&self, state: &mut State, now: Option<std::time::Instant>) -> Option<Job> {
+        let job = state.backlog.take_live(&self.wait_times, now);
         self.count_outstanding(state);
         job
     }
@@ -314,19 +316,20 @@ impl JobQueue {
 
     pub fn try_pop(&self) -> Pop {
         let mut state = self.lock();
-        self.try_pop_locked(&mut state)
+        self.try_pop_locked(&mut state, None)
     }
 
     /// `finished` and then `try_pop`, under one lock: what a thread that
-    /// ends a request and looks for the next one does every time.
-    pub fn finished_and_try_pop(&self) -> Pop {
+    /// ends a request and looks for the next one does every time. `now` is
+    /// when the request ended, which also times the next one's take.
+    pub fn finished_and_try_pop(&self, now: std::time::Instant) -> Pop {
         let mut state = self.lock();
         state.backlog.running = state.backlog.running.saturating_sub(1);
-        self.try_pop_locked(&mut state)
+        self.try_pop_locked(&mut state, Some(now))
     }
 
-    fn try_pop_locked(&self, state: &mut State) -> Pop {
-        match self.pop_live(state) {
+    fn try_pop_locked(&self, state: &mut State, now: Option<std::time::Instant>) -> Pop {
+        match self.pop_live(state, now) {
             Some(job) => Pop::Job(Box::new(job)),
             None if state.backlog.closed => Pop::Closed,
             None => Pop::Empty,
@@ -339,7 +342,7 @@ impl JobQueue {
         let mut state = self.lock();
         let mut spun = false;
         loop {
-            if let Some(job) = self.pop_live(&mut state) {
+            if let Some(job) = self.pop_live(&mut state, None) {
                 return Pop::Job(Box::new(job));
             }
             if state.backlog.closed {
@@ -407,7 +410,7 @@ impl JobQueue {
     /// Checked and registered under the lock, so no wake is lost.
     pub fn try_pop_or_register(&self, waker: &std::task::Waker, interrupted: &AtomicBool) -> Option<Pop> {
         let mut state = self.lock();
-        match self.try_pop_locked(&mut state) {
+        match self.try_pop_locked(&mut state, None) {
             Pop::Empty if interrupted.load(Ordering::Acquire) => Some(Pop::Interrupted),
             Pop::Empty => {
                 state.driver = Some(waker.clone());
@@ -562,13 +565,13 @@ pub(crate) mod tests {
         q.push(job()).unwrap();
         assert!(matches!(q.try_pop(), Pop::Job(_)));
         assert_eq!(q.outstanding(), 2, "one running, one queued");
-        assert!(matches!(q.finished_and_try_pop(), Pop::Job(_)));
+        assert!(matches!(q.finished_and_try_pop(std::time::Instant::now()), Pop::Job(_)));
         assert_eq!(q.outstanding(), 1, "the first finished, the second running");
-        assert!(matches!(q.finished_and_try_pop(), Pop::Empty));
+        assert!(matches!(q.finished_and_try_pop(std::time::Instant::now()), Pop::Empty));
         assert_eq!(q.outstanding(), 0);
         assert!(!q.app_busy());
         q.close();
-        assert!(matches!(q.finished_and_try_pop(), Pop::Closed));
+        assert!(matches!(q.finished_and_try_pop(std::time::Instant::now()), Pop::Closed));
         assert_eq!(q.outstanding(), 0, "never below zero");
     }
 
