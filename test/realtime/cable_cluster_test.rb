@@ -267,7 +267,7 @@ module Tsubame
           result = clients.command("reconnected #{old.join(',')} 60", timeout: 75)
           assert result["ok"], result.inspect
           new_pids = server.wait_for_workers(2, phase: 1).values.sort
-          assert_equal new_pids, result["pids"].keys.map(&:to_i).sort, "clients on both new workers"
+          assert_equal new_pids, result["pids"].keys.map(&:to_i).sort, "clients on both new workers\n#{server.stderr}"
 
           burst = clients.command("burst 10 30", timeout: 45)
           assert_equal 1000, burst["delivered"], burst.inspect
