@@ -14,6 +14,7 @@
 # make gem     the source gem (built with cargo on install)
 # make native-gem  the platform gem for this Ruby (no Rust needed to install)
 # make bench-peers  Tsubame beside Puma, the ceiling server, Iodine, Itsi
+# make bench-app-share  a Rails request's CPU: the app's and the server's, vs Puma
 # make bench-files  files (to_path, --public) beside nginx and Puma
 # make bench-websocket  rack.upgrade WebSockets beside faye on Puma, Iodine
 # make bench-cable      ActionCable: adapter tsubame (-w 2) vs async, redis, Puma
@@ -70,7 +71,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := request chunked response connection
 FUZZ_DIR := crates/tsubame-engine/fuzz
 
-.PHONY: deps build run test test-rack3 test-tune-replay chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-files bench-websocket bench-cable bench-tune-replay fleet gem native-gem h2spec h2spec-install
+.PHONY: deps build run test test-rack3 test-tune-replay chaos soak fuzz bench bench-cluster bench-io bench-tls bench-tls-handshakes testssl bench-peers bench-app-share bench-files bench-websocket bench-cable bench-tune-replay fleet gem native-gem h2spec h2spec-install
 
 # Installs only what is missing, so a second run does nothing. apt is run
 # at most once (one update, one install) and never asks questions.
@@ -220,6 +221,10 @@ bench-websocket: deps build
 # (PEERS_DIR, see docs/BENCHMARKS.md); SHAPE=hello|100k|upload|rails.
 bench-peers: deps build
 	benchmarks/peers.sh
+
+# How much of a Rails request's CPU is the app's and how much the server's
+bench-app-share: deps build
+	benchmarks/app_share.sh
 
 # Three Tsubame instances behind HAProxy at a steady 2,000 req/s through a
 # rolling USR2 and a rolling TERM+start; fails (exit 1, with the figures)
