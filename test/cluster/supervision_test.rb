@@ -12,13 +12,19 @@ class ClusterSupervisionTest < Minitest::Test
       victim = s.booted_workers[0]
       load = Tsubame::LoadLoop.new(s.port, clients: 3)
       sleep 0.5
-      killed_at = monotonic
+      signalled_at = monotonic
       Process.kill("KILL", victim)
+      # "After the kill" starts once the victim is gone (reaped by the
+      # master): a request that a client sent between the signal and the
+      # victim's exit may still have been accepted by the victim, and is
+      # one of those in flight.
+      s.wait_until(2, "worker 0 to exit") { !s.alive?(victim) }
+      killed_at = monotonic
       replaced = s.wait_until(5, "a replacement for worker 0") do
         pid = s.booted_workers[0]
         pid if pid && pid != victim
       end
-      replaced_after = monotonic - killed_at
+      replaced_after = monotonic - signalled_at
       sleep 0.5
       load.stop
 
