@@ -271,6 +271,27 @@ pub fn limit_malloc_arenas(max: i32) {
 #[cfg(not(target_env = "gnu"))]
 pub fn limit_malloc_arenas(_max: i32) {}
 
+/// Keeps glibc from handing memory back to the OS while requests run:
+/// blocks up to `mmap_max` come from the heap, and the heap's top is given
+/// back only past `trim_max` free (the idle trim, `idle_memory_trim`, gives
+/// it all back once the server is quiet). With glibc's own thresholds a
+/// 1 MiB upload read in 64 KiB strings could shrink the heap with `brk` as
+/// the strings were freed and fault it back in for the next request:
+/// whether it did changed from one process to the next with where the heap
+/// happened to end, and a process that did served 0.7-0.8× the uploads.
+#[cfg(target_env = "gnu")]
+pub fn keep_malloc_heap(mmap_max: i32, trim_max: i32) {
+    // SAFETY: mallopt only changes allocator settings, which may be set at
+    // any time and apply to later allocations and frees.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, mmap_max);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, trim_max);
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+pub fn keep_malloc_heap(_mmap_max: i32, _trim_max: i32) {}
+
 /// Returns the calling thread's mimalloc cache (freed pages kept for
 /// reuse, and blocks other threads freed) to the OS.
 pub fn collect_allocator_cache() {

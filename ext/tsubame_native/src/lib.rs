@@ -28,12 +28,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// The usual production setting for Ruby servers (docs/RELIABILITY.md).
 const DEFAULT_MALLOC_ARENAS: i32 = 2;
 
+/// Blocks below this come from glibc's heap, not a mapping of their own
+/// (`ffi::keep_malloc_heap`).
+const MALLOC_MMAP_THRESHOLD: i32 = 4 << 20;
+
+/// The free memory at the heap's top glibc keeps while requests run.
+const MALLOC_TRIM_THRESHOLD: i32 = 64 << 20;
+
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     // Before the server starts its threads (and a cluster forks its
     // workers), unless the operator chose a value: glibc read theirs.
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         ffi::limit_malloc_arenas(DEFAULT_MALLOC_ARENAS);
+    }
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() && std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none() {
+        ffi::keep_malloc_heap(MALLOC_MMAP_THRESHOLD, MALLOC_TRIM_THRESHOLD);
     }
     errors::init(ruby)?;
     rack_env::init(ruby);
