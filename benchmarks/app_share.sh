@@ -38,7 +38,6 @@ for s in tsubame puma; do
   wrk -t1 -c20 -d2s "http://127.0.0.1:${PORTS[$s]}/items" >/dev/null # warm-up
 done
 
-cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 
 # measure NAME CONNECTIONS -> "rps process_us app_us own_us"
 measure() {

@@ -13,6 +13,10 @@ wait_for_url() {
   return 1
 }
 
+# cpu_seconds PID: the CPU seconds (user + system) the process has used so
+# far, from /proc.
+cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
+
 # median: the median of the numbers on standard input, one a line.
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 

@@ -80,8 +80,6 @@ for p in iodine itsi; do
   fi
 done
 
-# CPU seconds (user + system) the process has used so far.
-cpu_seconds() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
 
 # run_wrk CONNECTIONS NAME -> "rps p99_us errors cpu_us_per_request"
 run_wrk() {
