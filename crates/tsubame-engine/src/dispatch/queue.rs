@@ -18,7 +18,7 @@ use crate::dispatch::job::Job;
 use crate::histogram::Histogram;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// The jobs of one pool and its counts: what the thread pool's queue and
 /// the fiber queue (`fiber_queue.rs`) both keep, with the rules for taking,
@@ -87,13 +87,27 @@ impl Backlog {
     }
 }
 
+/// One thread asleep in `pop_wait`, on a condvar of its own so that it can
+/// be woken alone. Its fields are read and written under the queue's lock.
+#[derive(Default)]
+struct Sleeper {
+    ready: Condvar,
+    /// Taken off the stack by a wake-up meant for it alone: it is spoken
+    /// for (a push counted on it for a job).
+    called: AtomicBool,
+}
+
+thread_local! {
+    /// This thread's place on the sleepers' stack, made once.
+    static SLEEPER: Arc<Sleeper> = Arc::default();
+}
+
 #[derive(Default)]
 struct State {
     backlog: Backlog,
-    waiting: usize,
-    /// Waiters notified but not yet awake: they are spoken for, so a push
-    /// must not count on them for another job.
-    woken: usize,
+    /// Threads asleep in `pop_wait` and not yet woken, the last to sleep
+    /// on top: it is the one woken next.
+    sleepers: Vec<Arc<Sleeper>>,
     /// A thread is spinning in `pop_wait` before it sleeps: it will see a
     /// job pushed meanwhile, so the push need not wake anyone.
     spinning: bool,
@@ -124,7 +138,6 @@ pub struct JobQueue {
     /// nanoseconds: an I/O thread waits awake for a reply only when it is
     /// likely to come within the spin.
     service_ns: AtomicU64,
-    ready: Condvar,
     max_len: Option<usize>,
     /// How long an application thread with no job stays awake before it
     /// sleeps on the condvar (`handoff_spin`, see `pop_wait`).
@@ -255,14 +268,12 @@ impl JobQueue {
         if state.spinning && state.backlog.jobs.len() == 1 {
             return Ok(Pushed::Done);
         }
-        if state.waiting <= state.woken || state.backlog.running > 0 {
+        if state.sleepers.is_empty() || state.backlog.running > 0 {
             // Either nobody can take it yet, or a running thread probably
             // will: the watcher expires or nudges it if not.
             return Ok(Pushed::NudgeLater);
         }
-        state.woken += 1;
-        drop(state);
-        self.ready.notify_one();
+        Self::wake_one(state);
         Ok(Pushed::Done)
     }
 
@@ -270,18 +281,13 @@ impl JobQueue {
     /// `taken_before`. Returns the current taken count, or `None` once the
     /// queue is empty (nothing left to watch).
     pub fn nudge(&self, taken_before: u64) -> Option<u64> {
-        let mut state = self.lock();
+        let state = self.lock();
         if state.backlog.jobs.is_empty() {
             return None;
         }
         let taken = state.backlog.taken;
-        let wake = state.waiting > state.woken && taken == taken_before;
-        if wake {
-            state.woken += 1;
-        }
-        drop(state);
-        if wake {
-            self.ready.notify_one();
+        if taken == taken_before {
+            Self::wake_one(state);
         }
         Some(taken)
     }
@@ -304,14 +310,18 @@ impl JobQueue {
         state.backlog.running = state.backlog.running.saturating_sub(1);
         state.backlog.jobs.push_front(job);
         self.count_outstanding(&state);
-        let wake = state.waiting > state.woken;
-        if wake {
-            state.woken += 1;
-        }
+        Self::wake_one(state);
+    }
+
+    /// Wakes the thread that went to sleep last, if any sleeps, and
+    /// releases `state`: the wake-up's system call is made without the lock.
+    fn wake_one(mut state: MutexGuard<'_, State>) {
+        let Some(sleeper) = state.sleepers.pop() else {
+            return;
+        };
+        sleeper.called.store(true, Ordering::Relaxed);
         drop(state);
-        if wake {
-            self.ready.notify_one();
-        }
+        sleeper.ready.notify_one();
     }
 
     pub fn try_pop(&self) -> Pop {
@@ -380,10 +390,15 @@ impl JobQueue {
                 state.spinning = false;
                 continue;
             }
-            state.waiting += 1;
-            state = self.ready.wait(state).unwrap_or_else(|e| e.into_inner());
-            state.waiting -= 1;
-            state.woken = state.woken.saturating_sub(1);
+            let me = SLEEPER.with(Arc::clone);
+            me.called.store(false, Ordering::Relaxed);
+            state.sleepers.push(me.clone());
+            state = me.ready.wait(state).unwrap_or_else(|e| e.into_inner());
+            if !me.called.load(Ordering::Relaxed) {
+                // Woken with everyone (`wake_everyone` emptied the stack),
+                // or spuriously: then it is still on the stack.
+                state.sleepers.retain(|s| !Arc::ptr_eq(s, &me));
+            }
         }
     }
 
@@ -398,8 +413,11 @@ impl JobQueue {
     /// driver (`try_pop_or_register`), each to look at the queue again.
     fn wake_everyone(&self, mut state: MutexGuard<'_, State>) {
         let driver = state.driver.take();
+        let sleepers = std::mem::take(&mut state.sleepers);
         drop(state);
-        self.ready.notify_all();
+        for sleeper in sleepers {
+            sleeper.ready.notify_one();
+        }
         if let Some(driver) = driver {
             driver.wake();
         }
@@ -469,7 +487,7 @@ impl JobQueue {
     /// should have (see `net/accept.rs`).
     pub fn waiting(&self) -> usize {
         let state = self.lock();
-        state.waiting.saturating_sub(state.woken) + usize::from(state.spinning) + usize::from(state.driver.is_some())
+        state.sleepers.len() + usize::from(state.spinning) + usize::from(state.driver.is_some())
     }
 
     /// See `Backlog::waited`.
@@ -526,7 +544,7 @@ pub(crate) mod tests {
         assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "no waiter: watched");
         assert!(matches!(q.try_pop(), Pop::Job(_)));
         // One thread running, one waiting: a push must not wake at once.
-        q.lock().waiting = 1;
+        q.lock().sleepers.push(Arc::default());
         assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater);
         let before = q.taken();
         assert_eq!(q.nudge(before), Some(before), "no progress: wakes, keeps watching");
@@ -539,7 +557,7 @@ pub(crate) mod tests {
             Pushed::NudgeLater,
             "the only waiter is already spoken for"
         );
-        q.lock().woken = 0; // the nudged waiter woke up and went back to wait
+        q.lock().sleepers.push(Arc::default()); // the nudged waiter went back to sleep
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "nobody running: woken at once");
     }
 
@@ -549,13 +567,61 @@ pub(crate) mod tests {
         {
             let mut state = q.lock();
             state.spinning = true;
-            state.waiting = 3;
+            state.sleepers = (0..3).map(|_| Arc::default()).collect();
         }
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "the spinner takes it");
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeping waiter is woken");
-        assert_eq!(q.lock().woken, 1);
+        assert_eq!(q.lock().sleepers.len(), 2);
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "and another");
-        assert_eq!(q.lock().woken, 2);
+        assert_eq!(q.lock().sleepers.len(), 1);
+    }
+
+    #[test]
+    fn the_thread_that_slept_last_is_woken_first() {
+        let q = Arc::new(JobQueue::new());
+        let sleep = |name: &'static str| {
+            let worker = q.clone();
+            let before = q.waiting();
+            let thread = std::thread::spawn(move || {
+                let flag = AtomicBool::new(false);
+                match worker.pop_wait(&flag) {
+                    Pop::Job(_) => {
+                        worker.finished();
+                        name
+                    }
+                    _ => "",
+                }
+            });
+            while q.waiting() == before {
+                std::thread::yield_now();
+            }
+            thread
+        };
+        let first = sleep("first");
+        let second = sleep("second");
+        q.push(job()).unwrap();
+        assert_eq!(second.join().unwrap(), "second", "the last to sleep takes the job");
+        assert_eq!(q.waiting(), 1, "the other sleeps on");
+        q.push(job()).unwrap();
+        assert_eq!(first.join().unwrap(), "first");
+    }
+
+    #[test]
+    fn closing_wakes_every_sleeper() {
+        let q = Arc::new(JobQueue::new());
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                std::thread::spawn(move || matches!(q.pop_wait(&AtomicBool::new(false)), Pop::Closed))
+            })
+            .collect();
+        while q.waiting() < 3 {
+            std::thread::yield_now();
+        }
+        q.close();
+        for thread in threads {
+            assert!(thread.join().unwrap(), "each sleeper sees the queue closed");
+        }
     }
 
     #[test]
