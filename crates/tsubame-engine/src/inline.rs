@@ -449,15 +449,22 @@ mod tests {
         wait_for("the keeper never ran the task", || ran.load(Ordering::SeqCst));
         assert_eq!(inline.holder.load(Ordering::SeqCst), KEEPER);
         assert!(inline.shared.stats.inline_takeovers.load(Ordering::SeqCst) >= 1);
-        // The app thread asks and gets the baton back within the takeover.
+        // The app thread asks and gets the baton back. One ask waits
+        // `TAKEOVER` for the keeper to let go, then falls back to the queue
+        // (`None`); on a loaded machine the keeper may not get a core that
+        // soon, so the ask is repeated, as the app thread's next wait would.
         let stop = AtomicBool::new(true);
         let started = Instant::now();
-        assert!(matches!(inline.drive_for_job(&stop), Some(Pop::Interrupted)));
-        assert!(
-            started.elapsed() < Duration::from_millis(100),
-            "{:?}",
-            started.elapsed()
-        );
+        let popped = loop {
+            match inline.drive_for_job(&stop) {
+                Some(popped) => break popped,
+                None => assert!(
+                    started.elapsed() < Duration::from_secs(2),
+                    "the keeper never gave the baton back"
+                ),
+            }
+        };
+        assert!(matches!(popped, Pop::Interrupted), "{popped:?}");
         inline.shutdown(Duration::from_secs(1));
         keeper.join().expect("keeper");
         assert_eq!(inline.holder.load(Ordering::SeqCst), CLOSED);
