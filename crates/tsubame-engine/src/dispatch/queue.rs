@@ -97,11 +97,6 @@ struct Sleeper {
     called: AtomicBool,
 }
 
-thread_local! {
-    /// This thread's place on the sleepers' stack, made once.
-    static SLEEPER: Arc<Sleeper> = Arc::default();
-}
-
 #[derive(Default)]
 struct State {
     backlog: Backlog,
@@ -390,8 +385,12 @@ impl JobQueue {
                 state.spinning = false;
                 continue;
             }
-            let me = SLEEPER.with(Arc::clone);
-            me.called.store(false, Ordering::Relaxed);
+            // A new one for each sleep, not one per thread: a condvar must
+            // not be used with more than one mutex over its life (std's
+            // `Condvar::wait` may panic otherwise), and a thread may wait on
+            // another queue later. Next to the sleep, the allocation is
+            // nothing.
+            let me = Arc::new(Sleeper::default());
             state.sleepers.push(me.clone());
             state = me.ready.wait(state).unwrap_or_else(|e| e.into_inner());
             if !me.called.load(Ordering::Relaxed) {
