@@ -2,14 +2,81 @@
 
 require "test_helper"
 
-# Of the pool's sleeping threads, the one that fell asleep last is woken
-# for the next request (docs/ARCHITECTURE.md step 5): requests one after
-# another keep one warm thread busy and the others asleep, rather than
-# handing each request to the thread that slept longest.
+# Which of the pool's threads run the requests (docs/ARCHITECTURE.md step
+# 5 and "Wake-ups are the expensive part"): of the sleeping threads, the
+# one that fell asleep last is woken, so requests one after another keep
+# one warm thread busy; and more threads are woken for queued requests
+# only while the running ones wait off the CPU, not while they compute.
 class WarmThreadTest < Minitest::Test
   include Tsubame::TestHelpers
 
   APP = "run ->(_env) { [200, { \"content-type\" => \"text/plain\" }, [Thread.current.object_id.to_s]] }\n"
+
+  # /compute burns ~2 ms of CPU and lets the GVL go every 0.1 ms for a
+  # `File.exist?` (Ruby stats without it), as Rails' static-file
+  # middleware does; /wait sleeps (100 ms, or ?ms=N) without the GVL, as a
+  # database query would. Both answer the thread.
+  MIXED_APP = <<~'RUBY'
+    cpu = -> { Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID) }
+    run lambda { |env|
+      if env["PATH_INFO"] == "/wait"
+        sleep(env["QUERY_STRING"][/ms=(\d+)/, 1]&.to_i&.fdiv(1000) || 0.1)
+      else
+        20.times do
+          t = cpu.()
+          nil while cpu.() - t < 0.0001
+          File.exist?("/nonexistent/tsubame-warm-thread-test")
+        end
+      end
+      id = Thread.current.object_id.to_s
+      [200, { "content-type" => "text/plain", "content-length" => id.bytesize.to_s }, [id]]
+    }
+  RUBY
+
+  # Sends `count` requests for `path` at once, each on its own connection,
+  # and returns the threads that answered and how long the last took.
+  def burst(server, path, count)
+    started = monotonic
+    sockets = Array.new(count) { server.socket }
+    sockets.each { |sock| sock.write("GET #{path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") }
+    bodies = sockets.map { |sock| read_until_close(sock, 20).first.split("\r\n\r\n", 2).last }
+    [bodies, monotonic - started]
+  ensure
+    sockets&.each(&:close)
+  end
+
+  def test_a_burst_of_computing_requests_is_served_by_one_thread
+    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+      threads, = burst(s, "/compute", 40)
+      counts = threads.tally.values.sort.reverse
+      # The first push wakes one thread, which computes; the watcher sees
+      # the process on the CPU and wakes no other. A loaded machine can
+      # leave it off the CPU for a tick, and then one more is woken.
+      assert_operator counts.first, :>=, 30, "requests per thread: #{counts.inspect}"
+    end
+  end
+
+  def test_requests_that_wait_off_the_cpu_get_threads_of_their_own
+    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+      threads, took = burst(s, "/wait", 5)
+      assert_equal 5, threads.uniq.size, "each waiting request had a thread"
+      # One after another would take 0.5 s; the watcher wakes a thread a
+      # tick (about a millisecond) after the last took a job.
+      assert_operator took, :<, 0.35, "five 100 ms waits on five threads"
+    end
+  end
+
+  # Short waits, each done before the watcher's next look: the thread
+  # running them takes job after job, and its idle CPU is still the sign
+  # that more threads would help.
+  def test_a_stream_of_short_waits_gets_every_thread
+    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+      threads, took = burst(s, "/wait?ms=5", 60)
+      # 60 waits of 5 ms: 0.3 s on one thread, 0.06 s on five.
+      assert_operator threads.uniq.size, :>=, 4, "requests per thread: #{threads.tally.values.inspect}"
+      assert_operator took, :<, 0.2
+    end
+  end
 
   def test_requests_one_after_another_are_served_by_the_thread_that_slept_last
     # No spin: every request finds its thread asleep and wakes one.

@@ -4,7 +4,7 @@
 use crate::dispatch::fiber_queue::FiberQueue;
 use crate::dispatch::fiber_route::{FiberRoutes, PatternError};
 use crate::dispatch::job::{ConnInfo, ListenerInfo};
-use crate::dispatch::queue::JobQueue;
+use crate::dispatch::queue::{Crowd, JobQueue};
 use crate::dispatch::reply::Reply;
 use crate::dispatch::timeouts::TimedOut;
 use crate::error::BindError;
@@ -30,7 +30,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -511,14 +511,36 @@ fn spin_before_park(shared: &Shared) {
 /// How often the watcher looks at a queue that has jobs in it.
 const WATCH_INTERVAL: Duration = Duration::from_micros(500);
 
+/// The share of one core the process's other threads must have used over
+/// a look's interval for the running jobs to count as computing
+/// (`Crowd::Computing`): the thread that holds the GVL uses nearly a whole
+/// one, a thread waiting for I/O next to none.
+const COMPUTING_SHARE: f64 = 0.75;
+
+/// For how many looks after a preemption the running threads count as
+/// computing: a preempted thread can wait several milliseconds for a core
+/// (the scheduler's latency), off the CPU but not waiting for I/O.
+const PREEMPTION_LOOKS: u32 = 10;
+
+/// How long queued jobs wait behind threads that compute before one is
+/// woken all the same: a thread that computes and now and then lets the
+/// GVL go (a `File.stat`) would otherwise keep the others waiting for as
+/// long as it runs.
+const COMPUTING_AT_MOST: Duration = Duration::from_millis(50);
+
 /// Runs while requests wait in the queue: answers 503 to those past
-/// `queue_timeout`, and wakes an idle application thread when queued jobs
-/// make no progress (see `dispatch/queue.rs`). Sleeps on `nudger` otherwise, so an
-/// idle server has no timer ticking.
+/// `queue_timeout`, and wakes an idle application thread while the running
+/// ones wait off the CPU, or once queued jobs have made no progress for
+/// `COMPUTING_AT_MOST` (see `dispatch/queue.rs`). Sleeps on `nudger`
+/// otherwise, so an idle server has no timer ticking.
 async fn watch_queue(shared: Arc<Shared>) {
     loop {
         shared.nudger.notified().await;
         let mut taken = shared.queue.taken();
+        let mut clocks = CpuClocks::read();
+        let mut progressed = clocks.at;
+        let mut waiting_looks = 0u32;
+        let mut looks_since_preemption = PREEMPTION_LOOKS;
         loop {
             tokio::time::sleep(WATCH_INTERVAL).await;
             if let Some(limit) = shared.opts.queue_timeout {
@@ -531,12 +553,78 @@ async fn watch_queue(shared: Arc<Shared>) {
                     let _ = job.reply.send(Reply::Shed(ShedReason::QueueTimeout));
                 }
             }
-            match shared.queue.nudge(taken) {
-                Some(now) => taken = now,
+            let now = CpuClocks::read();
+            // A thread the kernel preempted was computing too, and may
+            // wait for a core for several looks after: with the cores
+            // taken, another thread would not run either. (The watcher's
+            // own thread, also preempted on a busy machine, does not
+            // count.)
+            looks_since_preemption = if now.preemptions > clocks.preemptions {
+                0
+            } else {
+                looks_since_preemption.saturating_add(1)
+            };
+            let computing =
+                now.others_share_since(&clocks) >= COMPUTING_SHARE || looks_since_preemption < PREEMPTION_LOOKS;
+            // Two looks in a row, so that a moment off the CPU (a page
+            // fault, a wake-up) wakes nobody: a woken thread stays busy
+            // while jobs are queued.
+            waiting_looks = if computing { 0 } else { waiting_looks + 1 };
+            let stalled = now.at.saturating_duration_since(progressed) >= COMPUTING_AT_MOST;
+            clocks = now;
+            let crowd = if waiting_looks >= 2 || stalled {
+                Crowd::Waiting
+            } else {
+                Crowd::Computing
+            };
+            match shared.queue.nudge(crowd) {
+                Some(now_taken) => {
+                    if now_taken != taken || crowd == Crowd::Waiting {
+                        // A wake-up starts the count again too: the next
+                        // one waits for its own two looks.
+                        progressed = clocks.at;
+                        waiting_looks = 0;
+                    }
+                    taken = now_taken;
+                }
                 None if !shared.fibers.is_empty() => {}
                 None => break,
             }
         }
+    }
+}
+
+/// The clocks the queue watcher compares from one look to the next.
+struct CpuClocks {
+    at: Instant,
+    process: Duration,
+    /// The watcher's own thread, which also runs connections: its work is
+    /// not the app threads'.
+    this_thread: Duration,
+    /// `sys::preemptions_of_other_threads`.
+    preemptions: u64,
+}
+
+impl CpuClocks {
+    fn read() -> Self {
+        CpuClocks {
+            at: Instant::now(),
+            process: crate::sys::process_cpu_time(),
+            this_thread: crate::sys::thread_cpu_time(),
+            preemptions: crate::sys::preemptions_of_other_threads(),
+        }
+    }
+
+    /// The share of one core the other threads of the process used since
+    /// `before`.
+    fn others_share_since(&self, before: &CpuClocks) -> f64 {
+        let wall = self.at.saturating_duration_since(before.at).as_secs_f64();
+        if wall <= 0.0 {
+            return 0.0;
+        }
+        let process = self.process.saturating_sub(before.process);
+        let here = self.this_thread.saturating_sub(before.this_thread);
+        process.saturating_sub(here).as_secs_f64() / wall
     }
 }
 

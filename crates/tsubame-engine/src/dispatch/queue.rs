@@ -9,10 +9,16 @@
 //! futex wake and a GVL hand-off: the woken thread cannot run until the GVL
 //! is free, and by then the running thread has usually taken the job
 //! itself. So a push wakes a waiter at once only when no thread is running
-//! a request; otherwise the engine's nudger (server.rs) looks again every
-//! `NUDGE_INTERVAL` while jobs are queued, and wakes a waiter only when no
-//! job was taken since its last look: the running threads are stuck (in
-//! I/O, say) and an idle thread is worth its wake-up.
+//! a request or woken to run one; otherwise the engine's queue watcher
+//! (server.rs `watch_queue`) looks again every `WATCH_INTERVAL` while jobs
+//! are queued, and wakes a waiter when the running threads are off the CPU
+//! (`Crowd::Waiting`: in I/O, say, where an idle thread is worth its
+//! wake-up), not when they are busy on it (`Crowd::Computing`: a GC or a
+//! long computation holds the GVL, and a woken thread would only wait for
+//! it). A thread once busy stays busy while jobs are queued, so threads
+//! woken for nothing would each take a share of the GVL hand-offs from
+//! then on: a CPU-bound Rails action at `-c20` cost 20% more CPU with five
+//! busy threads than with one.
 
 use crate::dispatch::job::Job;
 use crate::histogram::Histogram;
@@ -103,12 +109,27 @@ struct State {
     /// Threads asleep in `pop_wait` and not yet woken, the last to sleep
     /// on top: it is the one woken next.
     sleepers: Vec<Arc<Sleeper>>,
+    /// Threads woken alone and not yet awake: each will take a job, so a
+    /// push counts them as running.
+    pending: usize,
     /// A thread is spinning in `pop_wait` before it sleeps: it will see a
     /// job pushed meanwhile, so the push need not wake anyone.
     spinning: bool,
     /// Inline mode: the idle Ruby thread driving the runtime until a job
     /// comes (`try_pop_or_register`); a push wakes it first.
     driver: Option<std::task::Waker>,
+}
+
+/// How the threads running jobs spent the watcher's last interval, as far
+/// as the process's CPU clock tells (server.rs `watch_queue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crowd {
+    /// Mostly off the CPU (waiting for I/O, a lock, a sleep): another
+    /// thread could run meanwhile.
+    Waiting,
+    /// On the CPU, and not for long enough to be unfair to the jobs that
+    /// wait: another thread would wait for the GVL.
+    Computing,
 }
 
 /// What `push` did about waking an application thread.
@@ -133,6 +154,9 @@ pub struct JobQueue {
     /// nanoseconds: an I/O thread waits awake for a reply only when it is
     /// likely to come within the spin.
     service_ns: AtomicU64,
+    /// The queue watcher's last verdict on the running threads: waiting
+    /// off the CPU (`Crowd::Waiting`).
+    crowd_waiting: AtomicBool,
     max_len: Option<usize>,
     /// How long an application thread with no job stays awake before it
     /// sleeps on the condvar (`handoff_spin`, see `pop_wait`).
@@ -256,32 +280,46 @@ impl JobQueue {
             driver.wake();
             return Ok(Pushed::Done);
         }
-        // A spinning thread takes one job: the first one queued. A second
-        // job pushed during the same spin needs a waiter (or the watcher)
-        // like any other, or it would wait for the spinner's request to
-        // finish while idle threads sleep.
+        // A spinning thread takes one job: the first one queued.
         if state.spinning && state.backlog.jobs.len() == 1 {
             return Ok(Pushed::Done);
         }
-        if state.sleepers.is_empty() || state.backlog.running > 0 {
-            // Either nobody can take it yet, or a running thread probably
-            // will: the watcher expires or nudges it if not.
+        let running_wait = state.backlog.running > 0 && self.crowd_waiting.load(Ordering::Relaxed);
+        if state.sleepers.is_empty()
+            || (state.backlog.running > 0 && !running_wait)
+            || state.pending > 0
+            || state.spinning
+        {
+            // Either nobody can take it yet, or a running (or just woken,
+            // or spinning) thread probably will: the watcher expires the
+            // job or wakes a thread for it if not (a second job pushed
+            // during a spin would otherwise wait for the spinner's request
+            // to finish). A burst of requests into an idle server so wakes
+            // one thread, not one per request. Running threads that the
+            // watcher last saw waiting off the CPU will not take it soon:
+            // then a sleeper is woken at once.
             return Ok(Pushed::NudgeLater);
         }
         Self::wake_one(state);
         Ok(Pushed::Done)
     }
 
-    /// Wakes a waiter if jobs are queued and none was taken since
-    /// `taken_before`. Returns the current taken count, or `None` once the
-    /// queue is empty (nothing left to watch).
-    pub fn nudge(&self, taken_before: u64) -> Option<u64> {
+    /// Wakes a waiter if jobs are queued and the running threads are
+    /// `Crowd::Waiting`. Returns how many jobs were taken so far (the
+    /// watcher's measure of progress), or `None` once the queue is empty
+    /// (nothing left to watch).
+    pub fn nudge(&self, crowd: Crowd) -> Option<u64> {
         let state = self.lock();
         if state.backlog.jobs.is_empty() {
             return None;
         }
         let taken = state.backlog.taken;
-        if taken == taken_before {
+        // Kept for `push`, which wakes a thread at once while the running
+        // ones wait.
+        self.crowd_waiting.store(crowd == Crowd::Waiting, Ordering::Relaxed);
+        // A thread woken before and not yet running cannot have shown
+        // what it does: wait for it.
+        if crowd == Crowd::Waiting && state.pending == 0 {
             Self::wake_one(state);
         }
         Some(taken)
@@ -315,6 +353,7 @@ impl JobQueue {
             return;
         };
         sleeper.called.store(true, Ordering::Relaxed);
+        state.pending += 1;
         drop(state);
         sleeper.ready.notify_one();
     }
@@ -393,7 +432,9 @@ impl JobQueue {
             let me = Arc::new(Sleeper::default());
             state.sleepers.push(me.clone());
             state = me.ready.wait(state).unwrap_or_else(|e| e.into_inner());
-            if !me.called.load(Ordering::Relaxed) {
+            if me.called.load(Ordering::Relaxed) {
+                state.pending = state.pending.saturating_sub(1);
+            } else {
                 // Woken with everyone (`wake_everyone` emptied the stack),
                 // or spuriously: then it is still on the stack.
                 state.sleepers.retain(|s| !Arc::ptr_eq(s, &me));
@@ -538,7 +579,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn defers_wake_ups_while_a_thread_runs_and_nudges_only_without_progress() {
+    fn defers_wake_ups_while_a_thread_runs_and_nudges_only_while_it_waits() {
         let q = JobQueue::new();
         assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "no waiter: watched");
         assert!(matches!(q.try_pop(), Pop::Job(_)));
@@ -546,9 +587,17 @@ pub(crate) mod tests {
         q.lock().sleepers.push(Arc::default());
         assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater);
         let before = q.taken();
-        assert_eq!(q.nudge(before), Some(before), "no progress: wakes, keeps watching");
+        assert_eq!(q.nudge(Crowd::Computing), Some(before), "computing: keeps watching");
+        assert_eq!(
+            q.lock().sleepers.len(),
+            1,
+            "no thread woken while the running one computes"
+        );
+        assert_eq!(q.nudge(Crowd::Waiting), Some(before), "waiting: wakes, keeps watching");
+        assert!(q.lock().sleepers.is_empty());
+        q.lock().pending = 0; // the woken thread is awake
         assert!(matches!(q.try_pop(), Pop::Job(_)));
-        assert_eq!(q.nudge(before), None, "queue empty: stop watching");
+        assert_eq!(q.nudge(Crowd::Waiting), None, "queue empty: stop watching");
         q.finished();
         q.finished();
         assert_eq!(
@@ -561,7 +610,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_spinning_thread_covers_one_job_and_the_next_wakes_a_waiter() {
+    fn a_spinning_thread_covers_one_job_and_the_watcher_the_next() {
         let q = JobQueue::new();
         {
             let mut state = q.lock();
@@ -569,10 +618,52 @@ pub(crate) mod tests {
             state.sleepers = (0..3).map(|_| Arc::default()).collect();
         }
         assert_eq!(q.push(job()).unwrap(), Pushed::Done, "the spinner takes it");
-        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "a sleeping waiter is woken");
+        assert_eq!(
+            q.push(job()).unwrap(),
+            Pushed::NudgeLater,
+            "the spinner is on its way: the watcher decides about more"
+        );
+        assert_eq!(q.lock().sleepers.len(), 3, "nobody woken");
+        q.lock().spinning = false;
+        assert_eq!(
+            q.push(job()).unwrap(),
+            Pushed::Done,
+            "with nobody running, a sleeper is woken"
+        );
         assert_eq!(q.lock().sleepers.len(), 2);
-        assert_eq!(q.push(job()).unwrap(), Pushed::Done, "and another");
-        assert_eq!(q.lock().sleepers.len(), 1);
+    }
+
+    #[test]
+    fn while_the_running_threads_wait_a_push_wakes_a_sleeper_at_once() {
+        let q = JobQueue::new();
+        q.push(job()).unwrap();
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        q.lock().sleepers = (0..2).map(|_| Arc::default()).collect();
+        q.push(job()).unwrap();
+        assert_eq!(q.nudge(Crowd::Computing), Some(1), "computing: nobody woken");
+        assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater, "left to the running thread");
+        assert_eq!(q.nudge(Crowd::Waiting), Some(1));
+        assert_eq!(q.lock().sleepers.len(), 1, "the watcher woke one");
+        q.lock().pending = 0; // it is awake and took a job
+        assert!(matches!(q.try_pop(), Pop::Job(_)));
+        assert_eq!(
+            q.push(job()).unwrap(),
+            Pushed::Done,
+            "the running threads wait: woken at once"
+        );
+        assert!(q.lock().sleepers.is_empty());
+    }
+
+    #[test]
+    fn a_burst_into_an_idle_pool_wakes_one_thread() {
+        let q = JobQueue::new();
+        q.lock().sleepers = (0..5).map(|_| Arc::default()).collect();
+        assert_eq!(q.push(job()).unwrap(), Pushed::Done);
+        for _ in 0..4 {
+            assert_eq!(q.push(job()).unwrap(), Pushed::NudgeLater);
+        }
+        assert_eq!(q.lock().sleepers.len(), 4, "four still asleep");
+        assert_eq!(q.waiting(), 4);
     }
 
     #[test]
