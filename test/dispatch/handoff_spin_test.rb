@@ -54,9 +54,10 @@ class HandoffSpinTest < Minitest::Test
       # it waits and finds the next request there (0.79 with both suites
       # for the pool; inline, whose thread writes the reply and waits for
       # the next request on the same core, 0.15 and once 0.07 with both
-      # suites, 0.27-0.87 beside two busy loops). With the spin it is 0.0
-      # in all of those, so the second assertion is the one that tells.
-      assert_operator off, :>, 0.02, "inline #{inline}: without the spin the thread sleeps between requests"
+      # suites, 0.27-0.87 beside two busy loops; once 0.019 in CI). With
+      # the spin it is 0.0 in all of those, so the second assertion is the
+      # one that tells.
+      assert_operator off, :>, 0.005, "inline #{inline}: without the spin the thread sleeps between requests"
       assert_operator on, :<, off / 2,
                       "inline #{inline}: with it most requests find the thread awake (off #{off.round(2)}, on #{on.round(2)})"
     end

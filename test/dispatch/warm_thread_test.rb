@@ -12,7 +12,7 @@ class WarmThreadTest < Minitest::Test
 
   APP = "run ->(_env) { [200, { \"content-type\" => \"text/plain\" }, [Thread.current.object_id.to_s]] }\n"
 
-  # /compute burns ~2 ms of CPU and lets the GVL go every 0.1 ms for a
+  # /compute burns ~2 ms (or ?ms=N) of CPU and lets the GVL go every 0.1 ms for a
   # `File.exist?` (Ruby stats without it), as Rails' static-file
   # middleware does; /wait sleeps (100 ms, or ?ms=N) without the GVL, as a
   # database query would. Both answer the thread.
@@ -22,7 +22,7 @@ class WarmThreadTest < Minitest::Test
       if env["PATH_INFO"] == "/wait"
         sleep(env["QUERY_STRING"][/ms=(\d+)/, 1]&.to_i&.fdiv(1000) || 0.1)
       else
-        20.times do
+        (env["QUERY_STRING"][/ms=(\d+)/, 1] || 2).to_i.*(10).times do
           t = cpu.()
           nil while cpu.() - t < 0.0001
           File.exist?("/nonexistent/tsubame-warm-thread-test")
@@ -63,6 +63,23 @@ class WarmThreadTest < Minitest::Test
       # One after another would take 0.5 s; the watcher wakes a thread a
       # tick (about a millisecond) after the last took a job.
       assert_operator took, :<, 0.35, "five 100 ms waits on five threads"
+    end
+  end
+
+  # A long computation that lets the GVL go now and then does not keep a
+  # request queued behind it for as long as it runs: after 50 ms without
+  # progress the watcher wakes a thread, which runs in those gaps.
+  def test_a_request_behind_a_long_computation_gets_a_thread_after_a_while
+    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+      long = Thread.new { s.get("/compute?ms=1500") }
+      sleep 0.2 # the long one is running
+      started = monotonic
+      reply = s.get("/wait?ms=1")
+      waited = monotonic - started
+      assert_equal "200", reply.code
+      refute long.join(0), "the long request still runs"
+      assert_operator waited, :<, 1.0, "not held until the 1.5 s computation ends"
+      long.join
     end
   end
 
