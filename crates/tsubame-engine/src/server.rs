@@ -601,17 +601,20 @@ struct CpuClocks {
     /// The watcher's own thread, which also runs connections: its work is
     /// not the app threads'.
     this_thread: Duration,
-    /// `sys::preemptions_of_other_threads`.
+    /// Involuntary context switches of the process's other threads.
     preemptions: u64,
 }
 
 impl CpuClocks {
+    /// Two `getrusage` calls give both CPU times and both switch counts.
     fn read() -> Self {
+        let (process, process_preemptions) = crate::sys::usage(libc::RUSAGE_SELF);
+        let (this_thread, own_preemptions) = crate::sys::usage(libc::RUSAGE_THREAD);
         CpuClocks {
             at: Instant::now(),
-            process: crate::sys::process_cpu_time(),
-            this_thread: crate::sys::thread_cpu_time(),
-            preemptions: crate::sys::preemptions_of_other_threads(),
+            process,
+            this_thread,
+            preemptions: process_preemptions.saturating_sub(own_preemptions),
         }
     }
 

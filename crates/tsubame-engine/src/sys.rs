@@ -60,45 +60,24 @@ pub(crate) fn accept_nonblocking<L: OwnedListener>(listener: &L) -> io::Result<(
     Ok((unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }, peer))
 }
 
-/// The CPU time all of this process's threads have used so far (user and
-/// system); zero if the clock cannot be read.
-pub(crate) fn process_cpu_time() -> std::time::Duration {
-    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
-}
-
-/// The CPU time the calling thread has used so far.
-pub(crate) fn thread_cpu_time() -> std::time::Duration {
-    cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
-}
-
-/// How many times the kernel has taken a core from one of this process's
-/// threads other than the calling one while it could still run
-/// (involuntary context switches).
-pub(crate) fn preemptions_of_other_threads() -> u64 {
-    involuntary_switches(libc::RUSAGE_SELF).saturating_sub(involuntary_switches(libc::RUSAGE_THREAD))
-}
-
-fn involuntary_switches(who: libc::c_int) -> u64 {
+/// What `getrusage` says of this process (`RUSAGE_SELF`) or of the calling
+/// thread (`RUSAGE_THREAD`): the CPU time used so far (user and system),
+/// and how many times the kernel took a core while it could still run
+/// (involuntary context switches). Zero if it cannot be read.
+pub(crate) fn usage(who: libc::c_int) -> (std::time::Duration, u64) {
     // SAFETY: a zeroed rusage is a valid value of that plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage only writes the struct it is handed, which lives on
     // this frame for the whole call.
     if unsafe { libc::getrusage(who, &mut usage) } != 0 {
-        return 0;
+        return (std::time::Duration::ZERO, 0);
     }
-    u64::try_from(usage.ru_nivcsw).unwrap_or(0)
-}
-
-fn cpu_clock(clock: libc::clockid_t) -> std::time::Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime only writes the timespec it is handed, which
-    // lives on this frame for the whole call.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return std::time::Duration::ZERO;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u32::try_from(ts.tv_nsec).unwrap_or(0);
-    std::time::Duration::new(secs, nanos)
+    let time = |t: libc::timeval| {
+        std::time::Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + std::time::Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    let cpu = time(usage.ru_utime) + time(usage.ru_stime);
+    (cpu, u64::try_from(usage.ru_nivcsw).unwrap_or(0))
 }
 
 /// Asks glibc to return the free memory in its arenas to the OS

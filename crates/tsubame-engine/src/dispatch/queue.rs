@@ -284,9 +284,8 @@ impl JobQueue {
         if state.spinning && state.backlog.jobs.len() == 1 {
             return Ok(Pushed::Done);
         }
-        let running_wait = state.backlog.running > 0 && self.crowd_waiting.load(Ordering::Relaxed);
         if state.sleepers.is_empty()
-            || (state.backlog.running > 0 && !running_wait)
+            || (state.backlog.running > 0 && !self.crowd_waiting.load(Ordering::Relaxed))
             || state.pending > 0
             || state.spinning
         {
