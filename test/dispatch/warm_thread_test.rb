@@ -83,6 +83,28 @@ class WarmThreadTest < Minitest::Test
     end
   end
 
+  # While the running threads wait off the CPU, a request that comes in is
+  # given a sleeping thread at once, not after the watcher's two looks
+  # (each at least 0.5 ms): once the watcher has seen the waiting, pushes
+  # wake a thread themselves.
+  def test_while_a_thread_waits_the_next_request_wakes_another_at_once
+    with_server(MIXED_APP, args: ["-t", "5:5", "--handoff-spin", "0"]) do |s|
+      long = Thread.new { s.get("/wait?ms=3000") }
+      sleep 0.2
+      http = s.http
+      http.get("/wait?ms=1") # the watcher sees the waiting thread
+      times = Array.new(50) do
+        started = monotonic
+        http.get("/wait?ms=0")
+        monotonic - started
+      end
+      http.finish
+      median = times.sort[times.size / 2]
+      assert_operator median, :<, 0.0015, "median #{(median * 1000).round(2)} ms"
+      long.join
+    end
+  end
+
   # Short waits, each done before the watcher's next look: the thread
   # running them takes job after job, and its idle CPU is still the sign
   # that more threads would help.
