@@ -119,6 +119,25 @@ class MetricsTest < Minitest::Test
     server&.kill
   end
 
+  # README: without --control-token a random token is made, printed at boot
+  # and written to the state file; the control app takes it and no other.
+  def test_a_control_app_without_a_token_makes_one_and_takes_only_it
+    control = free_port
+    Dir.mktmpdir do |dir|
+      state = File.join(dir, "state.yml")
+      server = Tsubame::TestServer.new(APP, args: ["--control-url", "tcp://127.0.0.1:#{control}", "-S", state])
+      token = server.stdout[/token \(generated\): (\h+)$/, 1]
+      assert_match(/\A\h{32}\z/, token.to_s, server.stdout)
+      wait_for_file(state)
+      assert_includes File.read(state), token
+      assert_includes scrape(control, token: token), "tsubame_queue_depth 0"
+      status, = control_get(control, "/metrics?token=#{token.reverse}")
+      assert_equal 403, status
+    ensure
+      server&.kill
+    end
+  end
+
   def test_http2_requests_are_counted_under_their_protocol_and_carry_the_id
     server, control = start(%w[--h2c --request-id])
     out, err, status = Open3.capture3("nghttp", "-v", "-H", "x-request-id: h2-id-7",

@@ -33,6 +33,12 @@ class FootprintTest < Minitest::Test
       r = report(s)
       assert_empty r["features"].grep(%r{tsubame/(bench|tune)|/psych|/yaml\.rb}), "loaded by a plain server"
       assert_empty r["features"].grep(%r{/json\.rb}), "loaded by a plain server"
+      # Required where they are used: trusted proxies, a restart command,
+      # a control token made up (each about 0.1-0.4 MB of a process that
+      # needs none of them).
+      %w[ipaddr shellwords securerandom].each do |lib|
+        assert_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} loaded by a plain server"
+      end
       # What Puma loads, an app may use without requiring it.
       %w[time uri socket].each { |lib| refute_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} not loaded" }
       # The pool thread that served the request has named itself (the
@@ -41,6 +47,19 @@ class FootprintTest < Minitest::Test
       assert r["threads"].any? { |name| name.match?(/\Atsubame-\d+\z/) }, r["threads"].inspect
       refute_includes r["threads"], "tsubame-timeouts"
     end
+  end
+
+  # ext/tsubame_native/build.rs: on this machine (GNU ld 2.40, glibc 2.36)
+  # the relative relocations are packed, so the loader's table is kilobytes,
+  # not the 500 KB it was.
+  def test_the_extension_packs_its_relative_relocations
+    so = File.expand_path("../../lib/tsubame/tsubame_native.so", __dir__)
+    sections = `readelf -SW #{so}`
+    assert $?.success?, "readelf failed"
+    relr = sections[/\.relr\.dyn\s+RELR\s+\h+\s+\h+\s+(\h+)/, 1]
+    refute_nil relr, sections
+    rela = sections[/\.rela\.dyn\s+RELA\s+\h+\s+\h+\s+(\h+)/, 1].to_i(16)
+    assert_operator rela + relr.to_i(16), :<, 64 * 1024, sections
   end
 
   def test_a_request_timeout_starts_the_watchdog_and_a_state_file_is_written_as_yaml

@@ -1,6 +1,5 @@
 # frozen_string_literal: true
 
-require "ipaddr"
 require "tsubame/errors"
 require "tsubame/config/bind_uri"
 
@@ -605,6 +604,9 @@ module Tsubame
     end
 
     def cidr(key, text)
+      # Required here, not at the top: a server without trusted proxies
+      # or an allow list never carries it (test/serve/footprint_test.rb).
+      require "ipaddr"
       address, prefix = text.split("/", 2)
       ip = IPAddr.new(address) if address&.match?(/\A[0-9A-Fa-f:.]+\z/)
       bits = ip&.ipv4? ? 32 : 128

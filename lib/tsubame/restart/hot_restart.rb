@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "rbconfig"
-require "shellwords"
 
 module Tsubame
   # Re-executing the server in place (USR2, `tsubame ctl restart`,
@@ -49,7 +48,10 @@ module Tsubame
       # starts, a symlinked release followed again). Both optional.
       def configure(restart_command: nil, directory: nil)
         record(ARGV) unless @command
-        @command = [*Shellwords.split(restart_command), *@argv].freeze if restart_command
+        if restart_command
+          require "shellwords" # only for a restart_command (footprint_test.rb)
+          @command = [*Shellwords.split(restart_command), *@argv].freeze
+        end
         @directory = File.expand_path(directory, @directory).freeze if directory
       end
 
