@@ -39,6 +39,7 @@ class FootprintTest < Minitest::Test
       %w[ipaddr shellwords securerandom].each do |lib|
         assert_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} loaded by a plain server"
       end
+      assert_empty r["features"].grep(%r{tsubame/fiber/(loop|scheduler|timers)\.rb\z}), "fiber mode loaded"
       # What Puma loads, an app may use without requiring it.
       %w[time uri socket].each { |lib| refute_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} not loaded" }
       # The pool thread that served the request has named itself (the

@@ -18,7 +18,6 @@ require "tsubame/serve/self_signed"
 require "tsubame/serve/request_timeouts"
 require "tsubame/config/bind_uri"
 require "tsubame/support/clock"
-require "tsubame/fiber/loop"
 require "tsubame/fiber/routes"
 require "tsubame/serve/idle_memory"
 require "tsubame/serve/x_sendfile"
@@ -304,6 +303,9 @@ module Tsubame
     def start_fiber_loops
       return [] unless @fiber_mode
 
+      # Here, not at the top: a server without fiber mode never carries the
+      # fiber loop, its scheduler and timers (test/serve/footprint_test.rb).
+      require "tsubame/fiber/loop"
       handle = ->(request) { handle(request, env_for(request)) }
       Array.new(@options[:fiber_threads]) do |index|
         FiberLoop.new(@native, index, handle, @app_errors.method(:log_line)).start
