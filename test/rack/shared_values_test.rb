@@ -103,6 +103,9 @@ class SharedValuesTest < Minitest::Test
       if env["PATH_INFO"] == "/allocated"
         text = GC.stat(:total_allocated_objects).to_s
         [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]]
+      elsif env["PATH_INFO"] == "/misses"
+        text = "#{Tsubame::Native.env_in_place_misses} #{env["HTTP_VERSION"]} #{env["REQUEST_METHOD"]} #{env["rack.input"].class}"
+        [200, { "content-type" => "text/plain", "content-length" => text.bytesize.to_s }, [text]]
       else
         [200, { "content-type" => "text/plain" }, ["OK Rack"]]
       end
@@ -123,6 +126,24 @@ class SharedValuesTest < Minitest::Test
       after = keep_alive_get(sock, "/allocated", host).to_i
       per_request = (after - before).fdiv(count + 1)
       assert_operator per_request, :<=, 8.05, "#{after - before} objects for #{count + 1} requests"
+    ensure
+      sock&.close
+    end
+  end
+
+  # The entries every env gets are stored by position into the copy of the
+  # template that holds their keys (step 6): none was inserted instead, and
+  # a header field named like one of them (`Version`: HTTP_VERSION) still
+  # replaces it, as Puma's parser does.
+  def test_the_entries_every_env_gets_are_filled_in_place
+    with_server(BUDGET_APP, lint: false, args: ["-t", "1:1"]) do |s|
+      sock = s.socket
+      20.times { keep_alive_get(sock, "/", "Host: example.com\r\n") }
+      misses, version, method, input = keep_alive_get(sock, "/misses", "Host: a\r\n").split
+      assert_equal ["0", "HTTP/1.1", "GET"], [misses, version, method]
+      refute_empty input
+      assert_equal "9.9", keep_alive_get(sock, "/misses", "Host: a\r\nVersion: 9.9\r\n").split[1]
+      assert_equal "0", keep_alive_get(sock, "/misses", "Host: a\r\n").split[0]
     ensure
       sock&.close
     end

@@ -150,6 +150,60 @@ pub fn hash_dup(ruby: &magnus::Ruby, hash: RHash) -> Result<RHash, Error> {
     RHash::from_value(copy).ok_or_else(|| Error::new(ruby.exception_type_error(), "base env is not a Hash"))
 }
 
+/// An entry of Ruby's `st_table` (st.c, private; the same from Ruby 2.4,
+/// when tables became open-addressed, to 3.4): the key's hash, the key,
+/// the value. `fill_in_place` checks every key it expects before it writes
+/// a value, so a table laid out otherwise is never written to.
+#[repr(C)]
+struct StEntry {
+    hash: rb_sys::st_index_t,
+    key: rb_sys::VALUE,
+    record: rb_sys::VALUE,
+}
+
+/// Stores `values` into `hash` by position: the keys must already be
+/// there, one after another from entry `first` (a copy of an env template,
+/// which holds them with placeholder values). A value set this way costs
+/// no hashing of its key, no probe and no insert, which for the fourteen
+/// entries every env gets were most of building it. Returns false, having
+/// written nothing, when the table does not hold those keys there; the
+/// caller then inserts the pairs as usual.
+pub fn fill_in_place(hash: RHash, first: usize, keys: &[RString], values: &[Value]) -> bool {
+    use magnus::rb_sys::AsRawValue;
+    // SAFETY: GVL held (called while building an env, inside a Ruby
+    // method); `hash` is a live, unfrozen Hash on the stack. rb_hash_tbl
+    // returns its st_table (converting a small array table, which an env
+    // copied from a template of 32 or more entries never is) and marks the
+    // Hash write-barrier unprotected, which is what makes the stores below
+    // without barriers legal: the GC then never assumes it saw every
+    // reference the Hash holds. `entries_start..entries_bound` are the
+    // table's entries in use; each position is checked to be inside them
+    // and to hold the expected key (the same frozen String object) before
+    // any value is written, so a layout other than `StEntry`'s, a table
+    // rebuilt, or keys in another order write nothing.
+    unsafe {
+        let table = rb_sys::rb_hash_tbl(hash.as_raw(), c"rack_env".as_ptr(), 0);
+        if table.is_null() {
+            return false;
+        }
+        let table = &*table;
+        let start = table.entries_start as usize + first;
+        if keys.len() != values.len() || start + keys.len() > table.entries_bound as usize || table.entries.is_null() {
+            return false;
+        }
+        let entries = table.entries.cast::<StEntry>().add(start);
+        for (i, key) in keys.iter().enumerate() {
+            if (*entries.add(i)).key != key.as_raw() {
+                return false;
+            }
+        }
+        for (i, value) in values.iter().enumerate() {
+            (*entries.add(i)).record = value.as_raw();
+        }
+    }
+    true
+}
+
 /// A frozen string with these bytes from Ruby's table of interned strings
 /// (binary encoding, as `str_from_slice`): an existing one when the same
 /// bytes are still in use by someone, so a value that repeats from request

@@ -54,6 +54,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     native.define_module_function("fiber_path_error", function!(server::fiber_path_error, 1))?;
     native.define_module_function("rack3=", function!(rack_env::set_rack3, 1))?;
     native.define_module_function("env_templates", function!(rack_env::env_templates, 1))?;
+    native.define_module_function("env_in_place_misses", function!(rack_env::in_place_misses, 0))?;
     native.define_module_function("pass_gvl?", function!(gvl_turns::pass_due, 0))?;
     native.define_module_function("fd_read", function!(raw_io::fd_read, 2))?;
     native.define_module_function("fd_write", function!(raw_io::fd_write, 2))?;

@@ -2,7 +2,7 @@
 //! frozen, interned Ruby strings made once, so a request allocates only the
 //! strings that are really its own.
 
-use crate::ffi::{hash_dup, hash_with_capacity, interned_str, with_bytes, EnvPairs};
+use crate::ffi::{fill_in_place, hash_dup, hash_with_capacity, interned_str, with_bytes, EnvPairs};
 use crate::input::Input;
 use magnus::value::{Opaque, ReprValue};
 use magnus::{gc, Error, RArray, RHash, RString, Ruby, TryConvert, Value};
@@ -51,6 +51,28 @@ pub struct Keys {
     methods: Vec<(&'static [u8], Opaque<RString>)>,
 }
 
+impl Keys {
+    /// The `IN_PLACE` keys, in the order the templates hold them.
+    fn in_place(&self) -> [Opaque<RString>; IN_PLACE] {
+        [
+            self.request_method,
+            self.path_info,
+            self.request_path,
+            self.request_uri,
+            self.query_string,
+            self.server_protocol,
+            self.http_version,
+            self.remote_addr,
+            self.server_name,
+            self.server_port,
+            self.rack_input,
+            self.tsubame_request,
+            self.rack_response_finished,
+            self.rack_after_reply,
+        ]
+    }
+}
+
 static KEYS: OnceLock<Keys> = OnceLock::new();
 
 /// Whether the app runs on Rack 3 or later (`Tsubame::Native.rack3 = `,
@@ -72,6 +94,21 @@ const ENV_CAPACITIES: [usize; 4] = [32, 64, 128, 256];
 /// port, input, hijack, this request, and the two callback lists).
 const REQUEST_ENTRIES: usize = 15;
 
+/// Of those, the ones every env gets on either protocol (`Keys::in_place`):
+/// the templates hold them with placeholder values, which `build`
+/// replaces by position (`ffi::fill_in_place`) instead of inserting them.
+const IN_PLACE: usize = 14;
+
+/// Envs whose `IN_PLACE` entries had to be inserted after all
+/// (`Native.env_in_place_misses`; a test holds it at 0): only a Ruby whose
+/// tables were laid out otherwise would make any.
+static IN_PLACE_MISSES: AtomicUsize = AtomicUsize::new(0);
+
+/// `Tsubame::Native.env_in_place_misses`.
+pub fn in_place_misses() -> usize {
+    IN_PLACE_MISSES.load(Ordering::Relaxed)
+}
+
 /// How many entries the last env the app answered held: the app's own
 /// additions (a framework's dozens) included, so the next env is made with
 /// room for them instead of growing, and copied, while the app runs.
@@ -89,6 +126,7 @@ pub fn note_answered_env(entries: usize) {
 /// request's env is a copy of the smallest that has room for it, and a
 /// copy keeps its table's size, so filling it allocates nothing more.
 pub fn env_templates(ruby: &Ruby, base: RHash) -> Result<RArray, Error> {
+    let k = keys(ruby)?;
     let templates = ruby.ary_new_capa(ENV_CAPACITIES.len());
     for capacity in ENV_CAPACITIES {
         // One less: see `ENV_CAPACITIES`.
@@ -97,6 +135,10 @@ pub fn env_templates(ruby: &Ruby, base: RHash) -> Result<RArray, Error> {
             env.aset(key, value)?;
             Ok(magnus::r_hash::ForEach::Continue)
         })?;
+        // Last, with placeholders: `build` stores their values by position.
+        for key in k.in_place() {
+            env.aset(ruby.get_inner(key), ruby.qnil())?;
+        }
         env.freeze();
         templates.push(env)?;
     }
@@ -122,8 +164,9 @@ fn template_for(templates: RArray, head: &RequestHead, listener: &ListenerInfo) 
     } else {
         0
     };
-    let wanted =
-        (base_len + REQUEST_ENTRIES + head.headers.len() + scheme + upgrade).max(ENTRIES_SEEN.load(Ordering::Relaxed));
+    // The template already holds the IN_PLACE entries.
+    let wanted = (base_len + REQUEST_ENTRIES - IN_PLACE + head.headers.len() + scheme + upgrade)
+        .max(ENTRIES_SEEN.load(Ordering::Relaxed));
     let index = ENV_CAPACITIES
         .iter()
         .position(|&capacity| capacity >= wanted)
@@ -394,9 +437,8 @@ pub fn build(
     request: Value,
 ) -> Result<RHash, Error> {
     let k = keys(ruby)?;
-    let env = hash_dup(ruby, template_for(templates, head, &conn.listener)?)?;
-    let mut pairs = EnvPairs::new();
-    let mut set = |key: Opaque<RString>, value: Value| pairs.push(env, ruby.get_inner(key), value);
+    let template = template_for(templates, head, &conn.listener)?;
+    let env = hash_dup(ruby, template)?;
     let bytes = |b: &[u8]| ruby.str_from_slice(b).as_value();
 
     let method = k
@@ -405,28 +447,21 @@ pub fn build(
         .find(|(name, _)| *name == &head.method[..])
         .map(|(_, s)| ruby.get_inner(*s).as_value())
         .unwrap_or_else(|| bytes(&head.method));
-    set(k.request_method, method);
     // One string for both, as Puma gives them.
     let path = bytes(&head.path);
-    set(k.path_info, path);
-    set(k.request_path, path);
-    set(k.request_uri, bytes(&head.target));
     let query = if head.query.is_empty() {
         ruby.get_inner(k.empty).as_value()
     } else {
         bytes(&head.query)
     };
-    set(k.query_string, query);
     let version = match head.version {
         Version::Http11 => k.http11,
         Version::Http10 => k.http10,
         Version::Http2 => k.http2,
     };
-    set(k.server_protocol, ruby.get_inner(version).as_value());
-    set(k.http_version, ruby.get_inner(version).as_value());
+    let version = ruby.get_inner(version).as_value();
     let listener = &conn.listener;
     let remote = listener.remote_address.resolve(head, &conn.peer_addr);
-    set(k.remote_addr, shared_value(ruby, remote.as_bytes()));
 
     let mut secure = listener.url_scheme == "https";
     if listener.trust_forwarded_proto {
@@ -434,32 +469,62 @@ pub fn build(
             secure = proto.eq_ignore_ascii_case(b"https");
         }
     }
+    let default_port = || shared_value(ruby, if secure { b"443" } else { b"80" });
+    let (server_name, server_port) = match head.host.as_deref().map(split_host) {
+        Some((name, port)) => {
+            let port = match port {
+                Some(p) if !p.is_empty() => shared_value(ruby, p),
+                _ => default_port(),
+            };
+            (shared_value(ruby, name), port)
+        }
+        None => {
+            // A unix socket has no port (0): the scheme's default, as Puma.
+            let port = match listener.server_port {
+                0 => default_port(),
+                p => shared_value(ruby, p.to_string().as_bytes()),
+            };
+            (shared_value(ruby, listener.server_name.as_bytes()), port)
+        }
+    };
+    let finished = ruby.ary_new().as_value();
+    // In `Keys::in_place` order. A local array: on this thread's stack,
+    // where Ruby's conservative GC sees the strings made above until they
+    // are in the env.
+    let values = [
+        method,
+        path,
+        path,
+        bytes(&head.target),
+        query,
+        version,
+        version,
+        shared_value(ruby, remote.as_bytes()),
+        server_name,
+        server_port,
+        input,
+        request,
+        finished,
+        finished,
+    ];
+    let in_place = k.in_place().map(|key| ruby.get_inner(key));
+    let first = template.len().saturating_sub(IN_PLACE);
+    let mut pairs = EnvPairs::new();
+    // Before the headers: a header field named like one of these (`Version`
+    // is HTTP_VERSION) replaces it, as when every entry was inserted.
+    if !fill_in_place(env, first, &in_place, &values) {
+        IN_PLACE_MISSES.fetch_add(1, Ordering::Relaxed);
+        for (key, value) in in_place.into_iter().zip(values) {
+            pairs.push(env, key, value);
+        }
+    }
+    let mut set = |key: Opaque<RString>, value: Value| pairs.push(env, ruby.get_inner(key), value);
     // The base env says "http"; only a different answer costs a store.
     if secure {
         set(k.rack_url_scheme, ruby.get_inner(k.https).as_value());
         set(k.https_key, ruby.get_inner(k.on).as_value());
     } else if listener.url_scheme == "https" {
         set(k.rack_url_scheme, ruby.get_inner(k.http).as_value());
-    }
-    let default_port = || shared_value(ruby, if secure { b"443" } else { b"80" });
-    match head.host.as_deref().map(split_host) {
-        Some((name, port)) => {
-            set(k.server_name, shared_value(ruby, name));
-            let port = match port {
-                Some(p) if !p.is_empty() => shared_value(ruby, p),
-                _ => default_port(),
-            };
-            set(k.server_port, port);
-        }
-        None => {
-            set(k.server_name, shared_value(ruby, listener.server_name.as_bytes()));
-            // A unix socket has no port (0): the scheme's default, as Puma.
-            let port = match listener.server_port {
-                0 => default_port(),
-                p => shared_value(ruby, p.to_string().as_bytes()),
-            };
-            set(k.server_port, port);
-        }
     }
 
     set_headers(ruby, env, &mut pairs, head)?;
@@ -471,7 +536,6 @@ pub fn build(
         set(k.content_length, ruby.str_new(&len.to_string()).as_value());
     }
 
-    set(k.rack_input, input);
     // Full hijack hands over the socket: under HTTP/2 it carries other
     // streams, so it is not offered there (Rack allows it to be absent).
     // Under TLS HTTP/1.1 the app gets a UNIX socket the engine bridges to
@@ -492,10 +556,6 @@ pub fn build(
     if let Some(kind) = upgrade_offer(head) {
         set(k.rack_upgrade_p, ruby.to_symbol(kind).as_value());
     }
-    set(k.tsubame_request, request);
-    let finished = ruby.ary_new();
-    set(k.rack_response_finished, finished.as_value());
-    set(k.rack_after_reply, finished.as_value());
     pairs.insert_into(env);
     Ok(env)
 }
