@@ -1,6 +1,7 @@
 //! The only place Tsubame calls Ruby's C API directly: releasing the GVL
 //! around a blocking wait, borrowing the bytes of Ruby strings, and the
-//! two hash operations on the per-request hot path; and the few libc calls
+//! three hash operations on the per-request hot path (copying the env
+//! template, inserting entries, storing values in place); and the few libc calls
 //! that have no safe wrapper (descriptor reads and writes, `mallopt`).
 
 use magnus::{Error, RArray, RHash, RString, Value};
