@@ -9,8 +9,6 @@ require "tsubame/config/bind_uri"
 require "tsubame/config/app_loader"
 require "tsubame/config/hooks"
 require "tsubame/restart/hot_restart"
-require "tsubame/restart/check"
-require "tsubame/restart/stand_in"
 require "tsubame/serve/listeners"
 require "tsubame/serve/socket_activation"
 require "tsubame/serve/self_signed"
@@ -79,7 +77,11 @@ module Tsubame
       # here, the config loaded, whatever mode that config asks for. A
       # stand-in serves alone whatever the config's worker count: the
       # re-executed process applies that.
-      return HotRestartCheck.run(@options, app: @app, stdout: @stdout, stderr: @stderr) if HotRestart.check?
+      if HotRestart.check?
+        # Required here: only a hot restart's check runs it (footprint_test.rb).
+        require "tsubame/restart/check"
+        return HotRestartCheck.run(@options, app: @app, stdout: @stdout, stderr: @stderr)
+      end
       return run_stand_in if HotRestart.stand_in?
 
       warn_ignored
@@ -352,6 +354,7 @@ module Tsubame
       @stdout.puts "* Hot restart: booting the new code in a stand-in process; this one serves until it is ready"
       # Not killed by #stop_restarter between starting the child and
       # recording it: nothing would stop it then.
+      require "tsubame/restart/stand_in" # only a hot restart starts one (footprint_test.rb)
       Thread.handle_interrupt(Object => :never) { @stand_in = StandIn.start(server.listeners) }
       if (failure = @stand_in.wait_ready(boot_timeout))
         @stand_in = nil

@@ -40,6 +40,7 @@ class FootprintTest < Minitest::Test
         assert_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} loaded by a plain server"
       end
       assert_empty r["features"].grep(%r{tsubame/fiber/(loop|scheduler|timers)\.rb\z}), "fiber mode loaded"
+      assert_empty r["features"].grep(%r{tsubame/restart/(check|stand_in)\.rb\z}), "hot restart's parts loaded"
       # What Puma loads, an app may use without requiring it.
       %w[time uri socket].each { |lib| refute_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} not loaded" }
       # The pool thread that served the request has named itself (the
