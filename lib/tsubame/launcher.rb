@@ -21,7 +21,6 @@ require "tsubame/support/process_info"
 require "tsubame/restart/restart_file"
 require "tsubame/support/systemd_notify"
 require "tsubame/serve/idle_timeout"
-require "tsubame/serve/custom_logger"
 require "tsubame/config/puma_constant"
 require "tsubame/support/formatted_output"
 require "tsubame/config/boot_checks"
@@ -44,7 +43,10 @@ module Tsubame
       @app = app
       @ignored = ignored
       # custom_logger: the server's lines go to its #write.
-      stdout = CustomLogger::Output.new(options[:custom_logger]) if options[:custom_logger]
+      if options[:custom_logger]
+        require "tsubame/serve/custom_logger" # only with one (footprint_test.rb)
+        stdout = CustomLogger::Output.new(options[:custom_logger])
+      end
       @stdout = stdout
       @stderr = stderr
       @server_class = server_class

@@ -41,6 +41,8 @@ class FootprintTest < Minitest::Test
       end
       assert_empty r["features"].grep(%r{tsubame/fiber/(loop|scheduler|timers)\.rb\z}), "fiber mode loaded"
       assert_empty r["features"].grep(%r{tsubame/restart/(check|stand_in)\.rb\z}), "hot restart's parts loaded"
+      assert_empty r["features"].grep(%r{tsubame/serve/(x_sendfile|x_accel_redirect|file_handoff|custom_logger)\.rb\z}),
+                   "file hand-offs or a custom logger loaded"
       # What Puma loads, an app may use without requiring it.
       %w[time uri socket].each { |lib| refute_empty r["features"].grep(%r{/#{lib}\.rb\z}), "#{lib} not loaded" }
       # The pool thread that served the request has named itself (the

@@ -20,13 +20,10 @@ require "tsubame/config/bind_uri"
 require "tsubame/support/clock"
 require "tsubame/fiber/routes"
 require "tsubame/serve/idle_memory"
-require "tsubame/serve/x_sendfile"
-require "tsubame/serve/x_accel_redirect"
 require "tsubame/serve/upgrades"
 require "tsubame/support/named_thread"
 require "tsubame/serve/io_threads"
 require "tsubame/serve/response_headers"
-require "tsubame/serve/custom_logger"
 require "tsubame/serve/thread_hooks"
 require "tsubame/serve/listen_backlog"
 require "tsubame/serve/shutdown_debug"
@@ -62,6 +59,7 @@ module Tsubame
     def initialize(app, options, listeners: nil, busy_accept_delay: nil, worker_index: nil, handoff: nil)
       @app = app
       if (logger = options[:custom_logger]) && options[:log_requests] && !options[:quiet]
+        require "tsubame/serve/custom_logger" # only with one (footprint_test.rb)
         @app = CustomLogger::RequestLog.new(app, logger)
       end
       @worker_index = worker_index
@@ -340,9 +338,16 @@ module Tsubame
       roots = @options[:x_sendfile_roots]
       mappings = @options[:x_accel_mappings]
       log_line = @app_errors.method(:log_line)
-      return XSendfile.new(roots, log_line) unless roots.empty?
+      # Required here: a server with neither never carries them
+      # (footprint_test.rb).
+      unless roots.empty?
+        require "tsubame/serve/x_sendfile"
+        return XSendfile.new(roots, log_line)
+      end
+      return if mappings.empty?
 
-      XAccelRedirect.new(mappings, log_line) unless mappings.empty?
+      require "tsubame/serve/x_accel_redirect"
+      XAccelRedirect.new(mappings, log_line)
     end
 
     # One pool thread's loop. With max_io_threads (`gate`) each request is
