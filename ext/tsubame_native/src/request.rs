@@ -166,35 +166,32 @@ impl Request {
         };
         // A closed receiver means the engine already dropped the connection
         // (a stop that timed out); nothing is left to tell.
-        let send = move || {
-            let _ = sender.send(reply);
-        };
         match &self.inline {
             Some(inline) if drive => {
                 // The turn of the runtime runs other connections' tasks
                 // too: without the GVL, so other Ruby threads run meanwhile.
-                let mut send = Some(send);
+                let mut parts = Some((sender, reply));
                 let (_, raised) = without_gvl(
                     || {
-                        if let Some(send) = send.take() {
-                            inline.pass(true, None, send);
+                        if let Some((sender, reply)) = parts.take() {
+                            inline.pass(true, None, sender, reply);
                         }
                     },
                     || {},
                 );
                 // Ruby had an interrupt pending and never ran the closure:
                 // the reply still goes, the plain way.
-                if let Some(send) = send.take() {
-                    send();
+                if let Some((sender, reply)) = parts.take() {
+                    let _ = sender.send(reply);
                 }
                 raised
             }
             Some(inline) => {
-                inline.pass(false, now, send);
+                inline.pass(false, now, sender, reply);
                 Ok(())
             }
             None => {
-                send();
+                let _ = sender.send(reply);
                 Ok(())
             }
         }

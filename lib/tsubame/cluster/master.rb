@@ -407,7 +407,10 @@ module Tsubame
       when "forked" then forked(worker, message)
       when "ping"
         worker.checked_in!(message["status"])
-        worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
+        # A worker's last ping can be read after it exited (a replaced
+        # worker stopping): /proc has nothing then, and the last reading
+        # stands rather than stats showing no RSS for it.
+        worker.rss_mb = ProcessInfo.rss_mb(worker.pid) || worker.rss_mb
         check_auto_refork(worker)
       when "reply"
         queue = @lock.synchronize { @replies[message["id"]] }
