@@ -160,18 +160,19 @@ impl Inline {
         }
     }
 
-    fn block_on<F: std::future::Future>(&self, _held: &Held<'_>, f: F) -> Option<F::Output> {
-        let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
-        runtime.as_ref().map(|rt| rt.block_on(f))
-    }
-
-    /// `block_on` for a turn that runs the ready tasks: counts as a drive.
-    /// The held replies go first, from inside the runtime.
+    /// Runs the runtime (`block_on`) until `f` is done, for the baton's
+    /// holder (`held`): the held replies go first, from inside it. `None`
+    /// once `shutdown` took the runtime.
     fn drive<F: std::future::Future>(&self, held: &mut Held<'_>, f: F) -> Option<F::Output> {
-        let out = self.block_on(held, async {
-            self.send_held();
-            f.await
-        });
+        let out = {
+            let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+            runtime.as_ref().map(|rt| {
+                rt.block_on(async {
+                    self.send_held();
+                    f.await
+                })
+            })
+        };
         let now = self.now_ns();
         self.driven_at.store(now, Ordering::Relaxed);
         held.at = Some(now);
