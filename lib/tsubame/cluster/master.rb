@@ -407,10 +407,7 @@ module Tsubame
       when "forked" then forked(worker, message)
       when "ping"
         worker.checked_in!(message["status"])
-        # A worker's last ping can be read after it exited (a replaced
-        # worker stopping): /proc has nothing then, and the last reading
-        # stands rather than stats showing no RSS for it.
-        worker.rss_mb = ProcessInfo.rss_mb(worker.pid) || worker.rss_mb
+        worker.sample_rss
         check_auto_refork(worker)
       when "reply"
         queue = @lock.synchronize { @replies[message["id"]] }
@@ -445,7 +442,7 @@ module Tsubame
       @events.booted(worker.index, worker.pid)
       # Booted during a shutdown delay (a replacement): it leaves too.
       tell_lame_duck(worker) if @leave_at
-      worker.rss_mb = ProcessInfo.rss_mb(worker.pid)
+      worker.sample_rss
       @boot_failures = 0
       @log.info("- #{worker.describe} booted in #{worker.boot_seconds.round(2)}s, phase: #{worker.phase}")
       if (old = worker.replaces)

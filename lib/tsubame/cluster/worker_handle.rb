@@ -2,6 +2,7 @@
 
 require "time"
 require "tsubame/support/clock"
+require "tsubame/support/process_info"
 require "tsubame/cluster/websocket_handoff"
 
 module Tsubame
@@ -14,7 +15,9 @@ module Tsubame
     # phase: a refork moves worker 0 to the new phase without replacing it.
     # fork_link: worker 0's ForkLink under fork_worker. auto_reforked: the
     # refork after fork_worker's request count was started for it.
-    attr_accessor :rss_mb, :replacement, :replaces, :phase, :fork_link, :auto_reforked
+    attr_accessor :replacement, :replaces, :phase, :fork_link, :auto_reforked
+    # Its RSS in MB at the last boot or ping (`sample_rss`), nil before.
+    attr_reader :rss_mb
     # Set once the worker exited (Puma's WorkerHandle#process_status, for
     # after_worker_shutdown hooks).
     attr_accessor :process_status
@@ -104,6 +107,14 @@ module Tsubame
     # Serving, or about to: not on its way out.
     def active?
       !stopping? && !adopted?
+    end
+
+    # Reads the process's RSS now. A worker's last ping can be read after
+    # it exited (a replaced worker stopping, its /proc entry a zombie's
+    # with no VmRSS): the last reading then stands, rather than stats
+    # showing no RSS for it.
+    def sample_rss
+      @rss_mb = ProcessInfo.rss_mb(@pid) || @rss_mb
     end
 
     def booted!
