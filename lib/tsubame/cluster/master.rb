@@ -438,11 +438,13 @@ module Tsubame
     end
 
     def booted(worker)
+      # Before it counts as booted: stats read meanwhile (the control app's
+      # thread) never show a booted worker without its RSS.
+      worker.sample_rss
       worker.booted!
       @events.booted(worker.index, worker.pid)
       # Booted during a shutdown delay (a replacement): it leaves too.
       tell_lame_duck(worker) if @leave_at
-      worker.sample_rss
       @boot_failures = 0
       @log.info("- #{worker.describe} booted in #{worker.boot_seconds.round(2)}s, phase: #{worker.phase}")
       if (old = worker.replaces)
