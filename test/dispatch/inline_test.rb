@@ -150,6 +150,34 @@ class InlineTest < Minitest::Test
     end
   end
 
+  # A reply is held until the next drive ("Inline", step 8→9): one made
+  # just before a long request goes out with the keeper's drive while that
+  # request runs, not after it. /sleep?s=0.3 keeps the app thread busy
+  # while the keeper reads and queues the fast request, then the slow one;
+  # the app thread answers the fast one and goes straight on to the slow.
+  def test_a_reply_held_before_a_long_request_goes_out_while_it_runs
+    serve do |s|
+      assert engine(s)["inline"]
+      busy = Thread.new { Net::HTTP.get(URI("http://127.0.0.1:#{s.port}/sleep?s=0.3")) }
+      sleep 0.1
+      fast = s.socket
+      slow = s.socket
+      started = monotonic
+      fast.write("GET /?fast HTTP/1.1\r\nhost: x\r\n\r\n")
+      sleep 0.02
+      slow.write("GET /sleep?s=1.5 HTTP/1.1\r\nhost: x\r\n\r\n")
+      _, body = read_response(fast, +"")
+      fast_took = monotonic - started
+      assert_equal "n=fast", body
+      assert_operator fast_took, :<, 1.0, "answered while /sleep?s=1.5 ran, not after it"
+      assert_equal "slept", read_response(slow, +"").last
+      assert_equal "slept", busy.value
+    ensure
+      fast&.close
+      slow&.close
+    end
+  end
+
   def test_a_request_past_its_deadline_gets_503_while_the_app_thread_is_stuck
     serve(args: %w[--request-timeout 0.5]) do |s|
       started = monotonic
