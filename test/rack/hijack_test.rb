@@ -55,6 +55,32 @@ class RackHijackTest < Minitest::Test
         io.write(" writes=#{writes} turns=#{during}")
         io.close
         [-1, {}, []]
+      when "/full-answer-order"
+        # The writer's turn at the GVL comes before its write, not after:
+        # what the app does right after a write (ActionCable marks a
+        # connection ready to take messages after writing its welcome)
+        # happens before another thread can read the client's answer. A
+        # spinning reader stands in for that thread: it waits for the GVL
+        # when the writer writes, and looks for the client's answer.
+        io = env["rack.hijack"].call
+        written = false
+        early = nil
+        reader = Thread.new do
+          loop do
+            answer = io.read_nonblock(16, exception: false)
+            next unless answer.is_a?(String)
+
+            early = !written
+            break
+          end
+        end
+        sleep 0.01 # the reader spins; the writer gets the GVL back at a time slice
+        io.write_nonblock("ask\n")
+        written = true
+        reader.join(5)
+        io.write("answer read before the writer went on: #{early.inspect}")
+        io.close
+        [-1, {}, []]
       when "/full-allocs"
         # Objects allocated by 1,000 write_nonblock calls on the hijacked
         # socket (each call's own; the bytes are one string made before).
@@ -187,6 +213,29 @@ class RackHijackTest < Minitest::Test
       assert_operator turns, :>=, 5, "the counting thread's turns in 50 ms of writes"
       assert_operator turns, :<=, [writes / 10, 500].min, "#{writes} writes: not a pass after each"
       assert_equal "", s.stderr
+    end
+  end
+
+  # The pass comes before a write: a thread waiting for the GVL cannot
+  # read the client's answer to a frame before the writing thread has done
+  # what follows it. Passing after the write lost one ActionCable
+  # subscription in a few hundred: the welcome went out, the writer passed,
+  # ActionCable's event loop read the client's subscribe while the
+  # connection was not yet marked ready and buffered it after the buffer
+  # had been emptied (its MessageBuffer checks, then acts, with no lock).
+  def test_full_hijack_write_nonblock_passes_the_gvl_before_writing
+    serve do |s|
+      sock = s.socket
+      sock.write(get_bytes("/full-answer-order"))
+      asked = +""
+      asked << sock.readpartial(64) until asked.end_with?("ask\n")
+      sock.write("ok\n")
+      rest, closed = read_until_close(sock, 5)
+      assert closed
+      assert_equal "answer read before the writer went on: false", rest
+      assert_equal "", s.stderr
+    ensure
+      sock&.close
     end
   end
 
