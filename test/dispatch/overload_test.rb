@@ -12,7 +12,13 @@ class OverloadTest < Minitest::Test
     run lambda { |env|
       case env["PATH_INFO"]
       when "/slow" then sleep Float(env["QUERY_STRING"][/s=([\\d.]+)/, 1] || 60); [200, {}, ["slow"]]
-      when "/extended" then env["tsubame.request"].deadline = 5; sleep 2; [200, {}, ["extended"]]
+      when "/extended"
+        request = env["tsubame.request"]
+        request.deadline = 5
+        sleep 2
+        left = request.deadline
+        env["rack.after_reply"] << -> { warn "deadline after the reply: \#{request.deadline.inspect}" }
+        [200, {}, ["extended \#{left.round}"]]
       when "/stubborn"
         begin
           sleep 3
@@ -124,8 +130,10 @@ class OverloadTest < Minitest::Test
   def test_a_deadline_moved_by_the_app_is_honoured
     with_server(APP, args: %w[-t 2:2 --request-timeout 1]) do |s|
       status, seconds, body = timed_get(s, "/extended", client_timeout: 6)
-      assert_equal [200, "extended"], [status, body]
+      assert_equal [200, "extended 3"], [status, body], "about 3 of its 5 seconds left after 2"
       assert_operator seconds, :>=, 1.9
+      # Once answered the request has no deadline left.
+      assert wait_until { s.stderr.include?("deadline after the reply: nil") }, s.stderr
     end
   end
 

@@ -141,7 +141,9 @@ async fn application(shared: Arc<Shared>, seen: Arc<Mutex<Vec<Seen>>>) {
             }
             Err(_) => return,
         };
-        let _ = job.reply.send(reply);
+        if let Some(sender) = job.reply {
+            let _ = sender.send(reply);
+        }
         shared.queue.finished();
     }
 }

@@ -550,7 +550,9 @@ async fn watch_queue(shared: Arc<Shared>) {
                     .into_iter()
                     .chain(shared.fibers.expire(limit))
                 {
-                    let _ = job.reply.send(Reply::Shed(ShedReason::QueueTimeout));
+                    if let Some(sender) = job.reply {
+                        let _ = sender.send(Reply::Shed(ShedReason::QueueTimeout));
+                    }
                 }
             }
             let now = CpuClocks::read();

@@ -48,7 +48,7 @@ pub(crate) async fn submit(
         head,
         body,
         conn: conn.clone(),
-        reply: reply_tx,
+        reply: Some(reply_tx),
         received_at,
         seq,
         state: state.clone(),

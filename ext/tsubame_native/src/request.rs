@@ -14,15 +14,14 @@ use magnus::{
 use std::cell::{Cell, RefCell};
 use std::os::fd::IntoRawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
-use tsubame_engine::dispatch::job::JobState;
 use tsubame_engine::dispatch::reply::UpgradeKind;
 use tsubame_engine::dispatch::stream_channel::stream_channel;
 use tsubame_engine::message::body::Body;
-use tsubame_engine::message::head::{RequestHead, Version};
+use tsubame_engine::message::head::Version;
 use tsubame_engine::message::response::{status_has_no_body, FinishedHead, ResponseHead};
-use tsubame_engine::{ConnInfo, Job, Reply};
+use tsubame_engine::{Job, Reply};
 
 /// Body bytes allowed to wait for a slow client before `write` blocks.
 const STREAM_BUFFER: usize = 256 * 1024;
@@ -30,21 +29,19 @@ const STREAM_BUFFER: usize = 256 * 1024;
 #[derive(magnus::TypedData)]
 #[magnus(class = "Tsubame::Native::Request", free_immediately, size, mark)]
 pub struct Request {
-    /// Taken (and dropped) by `env`: the object itself lives until Ruby's
-    /// GC frees it, and the head's bytes and header list need not wait
-    /// that long. What `respond` needs of it is kept apart.
-    head: RefCell<Option<RequestHead>>,
+    /// The job as the queue handed it over, until the final reply: dropped
+    /// then, from the app thread's cache, and not when Ruby's GC frees this
+    /// object a few thousand requests later, when every cache line the job
+    /// spans (and its connection's and state's reference counts) is a miss
+    /// of the sweep. The object the sweep frees is then these few words.
+    job: RefCell<Option<Box<Job>>>,
+    reply: RefCell<Option<oneshot::Sender<Reply>>>,
     version: Version,
     is_head: bool,
-    conn: Arc<ConnInfo>,
-    body: RefCell<Option<Body>>,
     keep_alive: bool,
-    reply: RefCell<Option<oneshot::Sender<Reply>>>,
-    env: Cell<Option<Opaque<RHash>>>,
     hijacked: Cell<bool>,
+    env: Cell<Option<Opaque<RHash>>>,
     seq: u64,
-    state: Arc<JobState>,
-    received_at: Instant,
     inline: Option<Arc<tsubame_engine::inline::Inline>>,
 }
 
@@ -72,20 +69,18 @@ fn already_answered(ruby: &Ruby) -> Error {
 }
 
 impl Request {
-    pub fn new(job: Job, inline: Option<Arc<tsubame_engine::inline::Inline>>) -> Request {
+    pub fn new(mut job: Box<Job>, inline: Option<Arc<tsubame_engine::inline::Inline>>) -> Request {
+        // Kept apart from the job: early hints replace it, and it goes with
+        // the final reply.
         Request {
+            reply: RefCell::new(job.reply.take()),
             version: job.head.version,
             is_head: job.head.is_head(),
-            head: RefCell::new(Some(job.head)),
-            conn: job.conn,
-            body: RefCell::new(Some(job.body)),
             keep_alive: job.keep_alive,
-            reply: RefCell::new(Some(job.reply)),
-            env: Cell::new(None),
             hijacked: Cell::new(false),
+            env: Cell::new(None),
             seq: job.seq,
-            state: job.state,
-            received_at: job.received_at,
+            job: RefCell::new(Some(job)),
             inline,
         }
     }
@@ -108,14 +103,20 @@ impl Request {
                 ))
             }
         };
-        rb_self.state.set_deadline(deadline);
+        // Once answered there is no deadline left to move.
+        if let Some(job) = rb_self.job.try_borrow().ok().as_ref().and_then(|job| job.as_ref()) {
+            job.state.set_deadline(deadline);
+        }
         Ok(())
     }
 
-    /// Seconds left before the deadline (negative once past), or nil.
+    /// Seconds left before the deadline (negative once past), or nil (none
+    /// set, or the request is answered).
     pub fn deadline(&self) -> Option<f64> {
-        let deadline = self.state.deadline()?;
-        Some(deadline.as_secs_f64() - self.received_at.elapsed().as_secs_f64())
+        let job = self.job.try_borrow().ok()?;
+        let job = job.as_ref()?;
+        let deadline = job.state.deadline()?;
+        Some(deadline.as_secs_f64() - job.received_at.elapsed().as_secs_f64())
     }
 
     /// Builds the env on a copy of one of `templates` (the per-server
@@ -130,20 +131,34 @@ impl Request {
         rb_self: magnus::typed_data::Obj<Self>,
         templates: RArray,
     ) -> Result<BuiltEnv, Error> {
-        let (Some(body), Some(head)) = (rb_self.body.borrow_mut().take(), rb_self.head.borrow_mut().take()) else {
-            return Err(Error::new(
-                ruby.exception_runtime_error(),
-                "env already built for this request",
-            ));
+        // Only Ruby's allocations run while this is borrowed (no app code),
+        // and the GC's mark reads `env`, not the job.
+        let mut job = rb_self.job.try_borrow_mut().ok();
+        let job = match job.as_mut().and_then(|job| job.as_mut()) {
+            Some(job) if rb_self.env.get().is_none() => job,
+            _ => {
+                return Err(Error::new(
+                    ruby.exception_runtime_error(),
+                    "env already built for this request",
+                ))
+            }
         };
+        let body = std::mem::replace(&mut job.body, Body::Empty);
         let input = crate::input::for_body(ruby, body);
-        let env = rack_env::build(ruby, templates, &head, &rb_self.conn, input, rb_self.as_value())?;
+        let env = rack_env::build(ruby, templates, &job.head, &job.conn, input, rb_self.as_value())?;
         rb_self.env.set(Some(env.into()));
         Ok(BuiltEnv { env, input })
     }
 
     fn send(&self, ruby: &Ruby, reply: Reply) -> Result<(), Error> {
         let sender = self.reply.borrow_mut().take().ok_or_else(|| already_answered(ruby))?;
+        // The final reply: the job goes now (see `job`), and before the
+        // connection reads on, so its read buffer is free to reuse.
+        if !matches!(reply, Reply::Interim { .. }) {
+            if let Ok(mut job) = self.job.try_borrow_mut() {
+                drop(job.take());
+            }
+        }
         // Inline: whether this reply runs a turn of the runtime at once,
         // and the clock if the decision read it (the baton's release after
         // a reply that does not drive is timed with the same read).

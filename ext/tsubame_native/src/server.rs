@@ -360,7 +360,7 @@ impl Server {
     /// The fiber loop waits in its Selector, which the queue wakes.
     pub fn next_fiber_request(ruby: &Ruby, rb_self: &Self) -> Value {
         match rb_self.engine.fibers().try_pop() {
-            Pop::Job(job) => ruby.obj_wrap(Request::new(*job, None)).as_value(),
+            Pop::Job(job) => ruby.obj_wrap(Request::new(job, None)).as_value(),
             Pop::Closed => ruby.qfalse().as_value(),
             Pop::Empty | Pop::Interrupted => ruby.qnil().as_value(),
         }
@@ -445,7 +445,7 @@ impl Server {
                 Pop::Job(job) => {
                     let taken_at = job.taken_at.unwrap_or_else(Instant::now);
                     HOLDING_JOB.with(|h| h.set(Some(taken_at)));
-                    return Ok(Some(Request::new(*job, rb_self.engine.inline().cloned())));
+                    return Ok(Some(Request::new(job, rb_self.engine.inline().cloned())));
                 }
                 Pop::Closed => return Ok(None),
                 Pop::Interrupted | Pop::Empty => ruby.thread_check_ints()?,

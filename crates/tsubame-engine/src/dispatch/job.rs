@@ -30,7 +30,10 @@ pub struct Job {
     pub head: RequestHead,
     pub body: Body,
     pub conn: Arc<ConnInfo>,
-    pub reply: oneshot::Sender<Reply>,
+    /// Where the answer goes. Always there when the job is queued; whoever
+    /// answers takes it (an app thread's request keeps it apart from the
+    /// job, which it drops at its final reply).
+    pub reply: Option<oneshot::Sender<Reply>>,
     pub received_at: Instant,
     /// Set by the engine when it is draining, so the reply says
     /// `connection: close` instead of promising another request.

@@ -567,7 +567,7 @@ pub(crate) mod tests {
                 peer_addr: "127.0.0.1".into(),
                 listener,
             }),
-            reply: tokio::sync::oneshot::channel().0,
+            reply: Some(tokio::sync::oneshot::channel().0),
             received_at: std::time::Instant::now(),
             keep_alive: true,
             seq: 0,
