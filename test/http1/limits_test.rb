@@ -226,13 +226,20 @@ class HttpLimitsTest < Minitest::Test
         assert_operator idle, :>=, 0.8, "closed too early"
         assert_operator idle, :<, 3, "closed too late"
 
-        # Activity restarts the clock: requests 0.5 s apart keep it open.
+        # Activity restarts the clock: requests 0.5 s apart keep it open,
+        # and it closes a timeout after the last one, not after the first
+        # (the connection's one timer is moved along, not made again).
         client = conn(s)
-        3.times do |i|
+        4.times do |i|
+          sleep 0.5 if i.positive?
           client.write(get_request("/again#{i}"))
           assert_equal "/again#{i}", client.read_response.body
-          sleep 0.5
         end
+        answered = Time.now
+        assert_equal :eof, client.wait_close(5)
+        idle = Time.now - answered
+        assert_operator idle, :>=, 0.8, "closed too early after the last request"
+        assert_operator idle, :<, 1.6, "closed too late after the last request"
       ensure
         client&.close
       end

@@ -27,7 +27,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::{timeout, timeout_at};
+use tokio::time::{sleep_until, timeout, timeout_at, Sleep};
 
 /// How long a stopping server waits for the first request of a connection
 /// it accepted just before the stop (see `read_head`).
@@ -75,8 +75,11 @@ pub(crate) async fn serve<T: ClientIo>(mut io: T, conn: Arc<ConnInfo>, shared: A
     let stop = shared.stop_notify.notified();
     tokio::pin!(stop);
     stop.as_mut().enable();
+    // The keep-alive wait's timer, made at the first wait and moved along
+    // for each next one (see `read_head`).
+    let mut idle = None;
     loop {
-        let mut head = match read_head(&mut io, &mut buf, &shared, served, stop.as_mut()).await {
+        let mut head = match read_head(&mut io, &mut buf, &shared, served, stop.as_mut(), &mut idle).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(ReadError::Io) => {
@@ -329,6 +332,7 @@ async fn read_head<T: ClientIo>(
     shared: &Shared,
     served: u64,
     mut stop: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    idle: &mut Option<std::pin::Pin<Box<Sleep>>>,
 ) -> Result<Option<RequestHead>, ReadError> {
     let idle_timeout = if served == 0 {
         shared.opts.first_data_timeout
@@ -356,22 +360,36 @@ async fn read_head<T: ClientIo>(
             // restarts); one that arrives is served with `connection: close`.
             let grace = if served == 0 { FIRST_REQUEST_GRACE } else { IDLE_GRACE };
             let read = if shared.is_stopping() {
-                timeout(idle_timeout.min(grace), io.read_buf(buf)).await
+                timeout(idle_timeout.min(grace), io.read_buf(buf)).await.ok()
             } else {
+                // One timer for all of a connection's waits: a later
+                // deadline only moves it (an atomic store; the wheel sees
+                // it once, when the old deadline comes), where a timeout
+                // per wait put an entry in the timer wheel and took it out
+                // again for every request on a kept-alive connection.
+                let deadline = tokio::time::Instant::now() + idle_timeout;
+                let timer = match idle {
+                    Some(timer) => {
+                        timer.as_mut().reset(deadline);
+                        timer
+                    }
+                    None => idle.insert(Box::pin(sleep_until(deadline))),
+                };
                 let read = tokio::select! {
                     biased;
-                    read = timeout(idle_timeout, io.read_buf(buf)) => Some(read),
+                    read = io.read_buf(buf) => Some(Some(read)),
+                    _ = timer.as_mut() => Some(None),
                     _ = stop.as_mut() => None,
                 };
                 match read {
                     Some(read) => read,
-                    None => timeout(idle_timeout.min(grace), io.read_buf(buf)).await,
+                    None => timeout(idle_timeout.min(grace), io.read_buf(buf)).await.ok(),
                 }
             };
             match read {
-                Ok(Ok(0)) | Err(_) => return Ok(None),
-                Ok(Ok(_)) => {}
-                Ok(Err(_)) => return Err(ReadError::Io),
+                Some(Ok(0)) | None => return Ok(None),
+                Some(Ok(_)) => {}
+                Some(Err(_)) => return Err(ReadError::Io),
             }
         } else {
             // The whole head must arrive within first_data_timeout of its
