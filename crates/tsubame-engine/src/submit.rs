@@ -43,6 +43,14 @@ pub(crate) async fn submit(
     let (reply_tx, reply_rx) = oneshot::channel();
     let state = Arc::new(JobState::new(shared.opts.request_timeout));
     let seq = shared.next_seq();
+    // The queue's wait counts from here, not from the start of a long
+    // upload; a request without a body was queued the moment it arrived,
+    // so the clock read then serves.
+    let queued_at = if matches!(body, Body::Empty) {
+        received_at
+    } else {
+        Instant::now()
+    };
     let job = Job {
         keep_alive,
         head,
@@ -52,7 +60,7 @@ pub(crate) async fn submit(
         received_at,
         seq,
         state: state.clone(),
-        queued_at: received_at,
+        queued_at,
         taken_at: None,
     };
     let answer = match enqueue(shared, job, target) {

@@ -60,7 +60,7 @@ impl FiberQueue {
     /// Queues a job; `Full` once `max_fibers` jobs are queued or running.
     /// Wakes the loops only when the queue was empty: a loop drains it
     /// whole on each wake-up, so later pushes would wake it for nothing.
-    pub fn push(&self, mut job: Job) -> Result<(), PushError> {
+    pub fn push(&self, job: Job) -> Result<(), PushError> {
         let mut state = self.lock();
         if state.closed {
             return Err(PushError::Closed);
@@ -71,7 +71,6 @@ impl FiberQueue {
         {
             return Err(PushError::Full);
         }
-        job.queued_at = std::time::Instant::now();
         let was_empty = state.jobs.is_empty();
         state.jobs.push_back(job);
         drop(state);

@@ -41,8 +41,8 @@ pub struct Job {
     /// Numbers requests for the Ruby side's timeout watchdog.
     pub seq: u64,
     pub state: Arc<JobState>,
-    /// Set by the queue on push: queue_timeout counts from here, not from
-    /// the start of a long upload.
+    /// When it was queued (`submit`): queue_timeout counts from here, not
+    /// from the start of a long upload.
     pub queued_at: Instant,
     /// Set by the queue when an app thread takes the job, from the clock
     /// read that also times its wait: where its service time starts.

@@ -264,7 +264,7 @@ impl JobQueue {
     }
 
     /// Refuses (dropping the job) once the queue is closed.
-    pub fn push(&self, mut job: Job) -> Result<Pushed, PushError> {
+    pub fn push(&self, job: Job) -> Result<Pushed, PushError> {
         let mut state = self.lock();
         if state.backlog.closed {
             return Err(PushError::Closed);
@@ -272,7 +272,6 @@ impl JobQueue {
         if self.max_len.is_some_and(|max| state.backlog.jobs.len() >= max) {
             return Err(PushError::Full);
         }
-        job.queued_at = std::time::Instant::now();
         state.backlog.jobs.push_back(job);
         self.count_outstanding(&state);
         if let Some(driver) = state.driver.take() {
