@@ -225,18 +225,25 @@ class RackHijackTest < Minitest::Test
   # had been emptied (its MessageBuffer checks, then acts, with no lock).
   def test_full_hijack_write_nonblock_passes_the_gvl_before_writing
     serve do |s|
-      sock = s.socket
-      sock.write(get_bytes("/full-answer-order"))
-      asked = +""
-      asked << sock.readpartial(64) until asked.end_with?("ask\n")
-      sock.write("ok\n")
-      rest, closed = read_until_close(sock, 5)
+      _, rest, closed = converse(s, "/full-answer-order", upto: "ask\n", answer: "ok\n")
       assert closed
       assert_equal "answer read before the writer went on: false", rest
       assert_equal "", s.stderr
-    ensure
-      sock&.close
     end
+  end
+
+  # Requests `path` on a new connection, reads until what was read ends
+  # with `upto`, sends `answer`, and reads to the close: [what came
+  # before the answer, what came after, whether the server closed].
+  def converse(server, path, upto:, answer:)
+    sock = server.socket
+    sock.write(get_bytes(path))
+    before = +""
+    before << sock.readpartial(1024) until before.end_with?(upto)
+    sock.write(answer)
+    [before, *read_until_close(sock, 5)]
+  ensure
+    sock&.close
   end
 
   # The GVL pass costs the GC nothing: HijackedSocket#write_nonblock
@@ -292,17 +299,10 @@ class RackHijackTest < Minitest::Test
 
   def test_full_hijack_socket_is_bidirectional
     serve do |s|
-      sock = s.socket
-      sock.write(get_bytes("/full-echo"))
-      head = +""
-      head << sock.readpartial(1024) until head.include?("\r\n\r\n")
+      head, rest, closed = converse(s, "/full-echo", upto: "\r\n\r\n", answer: "ping over the hijacked socket\n")
       assert_equal "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", head
-      sock.write("ping over the hijacked socket\n")
-      rest, closed = read_until_close(sock, 5)
       assert_equal "echo: ping over the hijacked socket\n", rest
       assert closed
-    ensure
-      sock&.close
     end
   end
 
