@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "etc"
 
 # Which of the pool's threads run the requests (docs/ARCHITECTURE.md step
 # 5 and "Wake-ups are the expensive part"): of the sleeping threads, the
@@ -114,6 +115,23 @@ class WarmThreadTest < Minitest::Test
       # 60 waits of 5 ms: 0.3 s on one thread, 0.06 s on five.
       assert_operator threads.uniq.size, :>=, 4, "requests per thread: #{threads.tally.values.inspect}"
       assert_operator took, :<, 0.2
+    end
+  end
+
+  # The same on a machine whose cores other processes keep busy: the
+  # waiting threads' short runs get preempted there too, which is no sign
+  # that they compute (docs/ARCHITECTURE.md, the queue watcher).
+  def test_a_stream_of_short_waits_gets_every_thread_on_a_busy_machine
+    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+      busy = Array.new(Etc.nprocessors) { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
+      sleep 0.2 # the busy loops have the cores
+      threads, = burst(s, "/wait?ms=5", 60)
+      assert_operator threads.uniq.size, :>=, 4, "requests per thread: #{threads.tally.values.inspect}"
+    ensure
+      busy&.each do |pid|
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+      end
     end
   end
 

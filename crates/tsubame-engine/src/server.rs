@@ -522,6 +522,14 @@ const COMPUTING_SHARE: f64 = 0.75;
 /// (the scheduler's latency), off the CPU but not waiting for I/O.
 const PREEMPTION_LOOKS: u32 = 10;
 
+/// The share of a core the other threads must have used in the look that
+/// saw a preemption, or in the one before, for it to count: a thread the
+/// kernel took off a core was running until then. Threads that wait for
+/// I/O use next to none, and a preemption of one of their short runs on a
+/// busy machine (where the cores are also taken by other processes) says
+/// nothing about whether they compute.
+const PREEMPTED_SHARE: f64 = 0.25;
+
 /// How long queued jobs wait behind threads that compute before one is
 /// woken all the same: a thread that computes and now and then lets the
 /// GVL go (a `File.stat`) would otherwise keep the others waiting for as
@@ -541,6 +549,7 @@ async fn watch_queue(shared: Arc<Shared>) {
         let mut progressed = clocks.at;
         let mut waiting_looks = 0u32;
         let mut looks_since_preemption = PREEMPTION_LOOKS;
+        let mut last_share = 0.0;
         loop {
             tokio::time::sleep(WATCH_INTERVAL).await;
             if let Some(limit) = shared.opts.queue_timeout {
@@ -556,18 +565,19 @@ async fn watch_queue(shared: Arc<Shared>) {
                 }
             }
             let now = CpuClocks::read();
-            // A thread the kernel preempted was computing too, and may
-            // wait for a core for several looks after: with the cores
-            // taken, another thread would not run either. (The watcher's
-            // own thread, also preempted on a busy machine, does not
-            // count.)
-            looks_since_preemption = if now.preemptions > clocks.preemptions {
+            let share = now.others_share_since(&clocks);
+            // A thread the kernel preempted while it computed may wait for
+            // a core for several looks after: with the cores taken,
+            // another thread would not run either. (The watcher's own
+            // thread, also preempted on a busy machine, does not count.)
+            let preempted = now.preemptions > clocks.preemptions && share.max(last_share) >= PREEMPTED_SHARE;
+            looks_since_preemption = if preempted {
                 0
             } else {
                 looks_since_preemption.saturating_add(1)
             };
-            let computing =
-                now.others_share_since(&clocks) >= COMPUTING_SHARE || looks_since_preemption < PREEMPTION_LOOKS;
+            last_share = share;
+            let computing = share >= COMPUTING_SHARE || looks_since_preemption < PREEMPTION_LOOKS;
             // Two looks in a row, so that a moment off the CPU (a page
             // fault, a wake-up) wakes nobody: a woken thread stays busy
             // while jobs are queued.
