@@ -252,5 +252,19 @@ module Tsubame
     def get_pid(server, path = "/")
       Net::HTTP.get(URI("http://127.0.0.1:#{server.port}#{path}")).to_i
     end
+
+    # The pids that answered requests, each on a new connection, until
+    # `pid` answered or `limit` went by. The workers share one listening
+    # socket and a connection goes to whichever takes it first, often the
+    # one that just served the last (on a loaded machine, 20 in a row), so
+    # a fixed number of requests may miss a worker that serves.
+    def pids_until(server, pid, limit: 200)
+      seen = []
+      limit.times do
+        seen << get_pid(server)
+        break if seen.last == pid
+      end
+      seen.uniq
+    end
   end
 end
