@@ -104,19 +104,22 @@ impl Request {
             }
         };
         // Once answered there is no deadline left to move.
-        if let Some(job) = rb_self.job.try_borrow().ok().as_ref().and_then(|job| job.as_ref()) {
-            job.state.set_deadline(deadline);
-        }
+        rb_self.with_job(|job| job.state.set_deadline(deadline));
         Ok(())
     }
 
     /// Seconds left before the deadline (negative once past), or nil (none
     /// set, or the request is answered).
     pub fn deadline(&self) -> Option<f64> {
-        let job = self.job.try_borrow().ok()?;
-        let job = job.as_ref()?;
-        let deadline = job.state.deadline()?;
-        Some(deadline.as_secs_f64() - job.received_at.elapsed().as_secs_f64())
+        self.with_job(|job| {
+            let deadline = job.state.deadline()?;
+            Some(deadline.as_secs_f64() - job.received_at.elapsed().as_secs_f64())
+        })?
+    }
+
+    /// `f` on the job while the request has it (until its final reply).
+    fn with_job<R>(&self, f: impl FnOnce(&Job) -> R) -> Option<R> {
+        self.job.try_borrow().ok()?.as_deref().map(f)
     }
 
     /// Builds the env on a copy of one of `templates` (the per-server

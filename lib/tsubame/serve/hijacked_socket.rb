@@ -18,10 +18,11 @@ module Tsubame
   #
   # The turn comes before the write, never after it: what the app does
   # right after a write then runs, as on a plain socket, before another
-  # thread can read the client's answer to it. ActionCable writes its welcome, then marks the
-  # connection ready for messages; a pass between the two let its event
-  # loop read the client's subscribe first, and its MessageBuffer (check,
-  # then act, no lock) lost about one subscription in a few hundred.
+  # thread can read the client's answer to it. ActionCable writes its
+  # welcome, then marks the connection ready for messages; a pass between
+  # the two let its event loop read the client's subscribe first, and its
+  # MessageBuffer (check, then act, no lock) lost about one subscription
+  # in a few hundred.
   #
   # The inherited method is called through an alias rather than `super`:
   # in Ruby 3.1 a `super` call that passes keywords allocates a Hash, one

@@ -368,22 +368,13 @@ async fn read_head<T: ClientIo>(
                 // per wait put an entry in the timer wheel and took it out
                 // again for every request on a kept-alive connection.
                 let deadline = tokio::time::Instant::now() + idle_timeout;
-                let timer = match idle {
-                    Some(timer) => {
-                        timer.as_mut().reset(deadline);
-                        timer
-                    }
-                    None => idle.insert(Box::pin(sleep_until(deadline))),
-                };
-                let read = tokio::select! {
+                let timer = idle.get_or_insert_with(|| Box::pin(sleep_until(deadline)));
+                timer.as_mut().reset(deadline);
+                tokio::select! {
                     biased;
-                    read = io.read_buf(buf) => Some(Some(read)),
-                    _ = timer.as_mut() => Some(None),
-                    _ = stop.as_mut() => None,
-                };
-                match read {
-                    Some(read) => read,
-                    None => timeout(idle_timeout.min(grace), io.read_buf(buf)).await.ok(),
+                    read = io.read_buf(buf) => Some(read),
+                    _ = timer.as_mut() => None,
+                    _ = stop.as_mut() => timeout(idle_timeout.min(grace), io.read_buf(buf)).await.ok(),
                 }
             };
             match read {
