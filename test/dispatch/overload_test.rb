@@ -111,6 +111,27 @@ class OverloadTest < Minitest::Test
     end
   end
 
+  # queue_timeout counts from when a request is whole: an upload that took
+  # longer than it to arrive, then waited less than it for the busy
+  # thread, is served.
+  def test_a_slow_upload_waits_its_queue_timeout_from_its_last_byte
+    with_server(APP, args: %w[-t 1:1 --queue-timeout 1]) do |s|
+      upload = s.socket
+      upload.write("POST /upload HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 8\r\n\r\nabcd")
+      sleep 1.0
+      # The one thread is busy until about 0.5 s after the upload is whole.
+      busy = Thread.new { timed_get(s, "/slow?s=0.8", client_timeout: 5) }
+      sleep 0.3
+      upload.write("efgh")
+      response, = read_until_close(upload, 5)
+      assert_match(%r{\AHTTP/1.1 200}, response, "#{response}\n#{s.stderr}")
+      assert_match(/\r\n\r\n(1\r\n)?8(\r\n0\r\n\r\n)?\z/, response, "the app read all 8 bytes")
+      assert_equal 200, busy.value[0]
+    ensure
+      upload&.close
+    end
+  end
+
   def test_a_thread_that_ignores_its_timeout_is_reported_stuck
     Dir.mktmpdir do |dir|
       config = File.join(dir, "tsubame.rb")
