@@ -98,7 +98,7 @@ pub fn serve_in_memory(input: &[u8], write_sizes: &[usize], opts: EngineOptions)
 
 async fn application(shared: Arc<Shared>, seen: Arc<Mutex<Vec<Seen>>>) {
     loop {
-        let job = match shared.queue.try_pop() {
+        let mut job = match shared.queue.try_pop() {
             // Popping marks the job running, as a Ruby thread's pop does.
             Pop::Job(job) => job,
             Pop::Closed => return,
@@ -107,7 +107,7 @@ async fn application(shared: Arc<Shared>, seen: Arc<Mutex<Vec<Seen>>>) {
                 continue;
             }
         };
-        let body = match job.body {
+        let body = match std::mem::replace(&mut job.body, Body::Empty) {
             Body::Empty => Vec::new(),
             Body::Memory(bytes) => bytes.to_vec(),
             Body::File { mut file, .. } => {
@@ -141,9 +141,7 @@ async fn application(shared: Arc<Shared>, seen: Arc<Mutex<Vec<Seen>>>) {
             }
             Err(_) => return,
         };
-        if let Some(sender) = job.reply {
-            let _ = sender.send(reply);
-        }
+        job.answer(reply);
         shared.queue.finished();
     }
 }

@@ -559,9 +559,7 @@ async fn watch_queue(shared: Arc<Shared>) {
                     .into_iter()
                     .chain(shared.fibers.expire(limit))
                 {
-                    if let Some(sender) = job.reply {
-                        let _ = sender.send(Reply::Shed(ShedReason::QueueTimeout));
-                    }
+                    job.answer(Reply::Shed(ShedReason::QueueTimeout));
                 }
             }
             let now = CpuClocks::read();

@@ -49,6 +49,17 @@ pub struct Job {
     pub taken_at: Option<Instant>,
 }
 
+impl Job {
+    /// Answers the request with `reply`, if it was not answered before. A
+    /// closed receiver means the connection is gone; nothing is left to
+    /// tell.
+    pub fn answer(self, reply: Reply) {
+        if let Some(sender) = self.reply {
+            let _ = sender.send(reply);
+        }
+    }
+}
+
 const QUEUED: u8 = 0;
 const RUNNING: u8 = 1;
 const ABANDONED: u8 = 2;
