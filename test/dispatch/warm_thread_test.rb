@@ -2,6 +2,9 @@
 
 require "test_helper"
 require "etc"
+require "json"
+require "socket"
+require "tmpdir"
 
 # Which of the pool's threads run the requests (docs/ARCHITECTURE.md step
 # 5 and "Wake-ups are the expensive part"): of the sleeping threads, the
@@ -34,6 +37,34 @@ class WarmThreadTest < Minitest::Test
     }
   RUBY
 
+  TOKEN = "warm-thread-test"
+
+  # with_server with five threads, yielded once all five wait for a job:
+  # the pool's threads are started before the banner but reach the queue a
+  # moment later, and one still on its way would take a job without being
+  # woken (a burst would then run on two threads from its first request).
+  def with_pool(rackup, args: [])
+    Dir.mktmpdir("tsubame-ctl") do |dir|
+      control = File.join(dir, "ctl.sock")
+      args = ["-t", "5:5", "--control-url", "unix://#{control}", "--control-token", TOKEN, *args]
+      with_server(rackup, args: args) do |s|
+        idle = wait_until { pool_capacity(control) == 5 }
+        assert idle, "the five threads wait for a job"
+        yield s
+      end
+    end
+  end
+
+  def pool_capacity(control)
+    socket = UNIXSocket.new(control)
+    socket.write("GET /stats?token=#{TOKEN} HTTP/1.1\r\nHost: ctl\r\nConnection: close\r\n\r\n")
+    JSON.parse(socket.read.split("\r\n\r\n", 2).last)["pool_capacity"]
+  rescue SystemCallError
+    nil # the control app is not up yet
+  ensure
+    socket&.close
+  end
+
   # Sends `count` requests for `path` at once, each on its own connection,
   # and returns the threads that answered and how long the last took.
   def burst(server, path, count)
@@ -47,7 +78,7 @@ class WarmThreadTest < Minitest::Test
   end
 
   def test_a_burst_of_computing_requests_is_served_by_one_thread
-    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+    with_pool(MIXED_APP) do |s|
       threads, = burst(s, "/compute", 40)
       counts = threads.tally.values.sort.reverse
       # The first push wakes one thread, which computes; the watcher sees
@@ -58,7 +89,7 @@ class WarmThreadTest < Minitest::Test
   end
 
   def test_requests_that_wait_off_the_cpu_get_threads_of_their_own
-    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+    with_pool(MIXED_APP) do |s|
       threads, took = burst(s, "/wait", 5)
       assert_equal 5, threads.uniq.size, "each waiting request had a thread"
       # One after another would take 0.5 s; the watcher wakes a thread a
@@ -71,7 +102,7 @@ class WarmThreadTest < Minitest::Test
   # request queued behind it for as long as it runs: after 50 ms without
   # progress the watcher wakes a thread, which runs in those gaps.
   def test_a_request_behind_a_long_computation_gets_a_thread_after_a_while
-    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+    with_pool(MIXED_APP) do |s|
       long = Thread.new { s.get("/compute?ms=1500") }
       sleep 0.2 # the long one is running
       started = monotonic
@@ -89,7 +120,7 @@ class WarmThreadTest < Minitest::Test
   # (each at least 0.5 ms): once the watcher has seen the waiting, pushes
   # wake a thread themselves.
   def test_while_a_thread_waits_the_next_request_wakes_another_at_once
-    with_server(MIXED_APP, args: ["-t", "5:5", "--handoff-spin", "0"]) do |s|
+    with_pool(MIXED_APP, args: ["--handoff-spin", "0"]) do |s|
       long = Thread.new { s.get("/wait?ms=3000") }
       sleep 0.2
       http = s.http
@@ -110,7 +141,7 @@ class WarmThreadTest < Minitest::Test
   # running them takes job after job, and its idle CPU is still the sign
   # that more threads would help.
   def test_a_stream_of_short_waits_gets_every_thread
-    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+    with_pool(MIXED_APP) do |s|
       threads, took = burst(s, "/wait?ms=5", 60)
       # 60 waits of 5 ms: 0.3 s on one thread, 0.06 s on five.
       assert_operator threads.uniq.size, :>=, 4, "requests per thread: #{threads.tally.values.inspect}"
@@ -122,7 +153,7 @@ class WarmThreadTest < Minitest::Test
   # waiting threads' short runs get preempted there too, which is no sign
   # that they compute (docs/ARCHITECTURE.md, the queue watcher).
   def test_a_stream_of_short_waits_gets_every_thread_on_a_busy_machine
-    with_server(MIXED_APP, args: ["-t", "5:5"]) do |s|
+    with_pool(MIXED_APP) do |s|
       busy = Array.new(Etc.nprocessors) { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
       sleep 0.2 # the busy loops have the cores
       threads, = burst(s, "/wait?ms=5", 60)
@@ -137,7 +168,7 @@ class WarmThreadTest < Minitest::Test
 
   def test_requests_one_after_another_are_served_by_the_thread_that_slept_last
     # No spin: every request finds its thread asleep and wakes one.
-    with_server(APP, args: ["-t", "5:5", "--handoff-spin", "0"]) do |s|
+    with_pool(APP, args: ["--handoff-spin", "0"]) do |s|
       http = s.http
       threads = Array.new(60) { http.get("/").body }
       http.finish
