@@ -79,17 +79,23 @@ module Tsubame
   # Starts exe/tsubame as a subprocess on an ephemeral port and talks to it
   # over real sockets. The banner's "Listening on" lines give the addresses.
   class TestServer
-    attr_reader :pid, :port, :addresses, :unix_path
+    CONTROL_TOKEN = "test-token"
+
+    attr_reader :pid, :port, :addresses, :unix_path, :control_path
 
     # lint: false leaves Rack::Lint out, for an app that breaks the SPEC on
     # purpose (each caller says why).
-    def initialize(rackup, args: [], env: {}, unix: false, lint: true)
+    def initialize(rackup, args: [], env: {}, unix: false, lint: true, control: false)
       @dir = Dir.mktmpdir("tsubame-srv")
       @log_path = File.join(@dir, "server.log")
       @err_path = File.join(@dir, "server.err")
       @unix_path = File.join(@dir, "s.sock") if unix
       binds = ["-b", "tcp://127.0.0.1:0"]
       binds += ["-b", "unix://#{@unix_path}"] if unix
+      if control
+        @control_path = File.join(@dir, "ctl.sock")
+        binds += ["--control-url", "unix://#{@control_path}", "--control-token", CONTROL_TOKEN]
+      end
       ru = File.join(@dir, "config.ru")
       File.write(ru, lint ? TestHelpers.linted(rackup) : rackup)
       @pid = Process.spawn(env, RbConfig.ruby, "-w", TestHelpers::EXE, *binds, *args, ru,
@@ -147,6 +153,16 @@ module Tsubame
 
     def signal(name)
       Process.kill(name, @pid)
+    end
+
+    # GET /`action` from the control app (started with `control: true`),
+    # parsed from JSON.
+    def control(action)
+      socket = UNIXSocket.new(@control_path)
+      socket.write("GET /#{action}?token=#{CONTROL_TOKEN} HTTP/1.1\r\nHost: ctl\r\n\r\n")
+      JSON.parse(socket.read.split("\r\n\r\n", 2).last)
+    ensure
+      socket&.close
     end
 
     # Returns the exit status.

@@ -7,20 +7,19 @@ module Tsubame
   # exe/tsubame in cluster mode, with the control app on a unix socket so
   # tests can ask the master what its workers are doing.
   class ClusterServer < TestServer
-    TOKEN = "test-token"
+    TOKEN = CONTROL_TOKEN
     BOOTED = /- Worker (\d+) \(PID: (\d+)\) booted/.freeze
 
-    attr_reader :control_dir, :control_path
+    attr_reader :control_dir
 
     def initialize(rackup, workers: 2, config: nil, args: [], env: {}, unix: false, lint: true)
       @control_dir = Dir.mktmpdir("tsubame-ctl")
-      @control_path = File.join(@control_dir, "ctl.sock")
-      extra = ["-w", workers.to_s, "--control-url", "unix://#{@control_path}", "--control-token", TOKEN]
+      extra = ["-w", workers.to_s]
       if config
         File.write(File.join(@control_dir, "cluster.rb"), config)
         extra += ["-C", File.join(@control_dir, "cluster.rb")]
       end
-      super(rackup, args: extra + args, env: env, unix: unix, lint: lint)
+      super(rackup, args: extra + args, env: env, unix: unix, lint: lint, control: true)
       wait_for_workers(workers) if workers.positive?
     end
 
@@ -32,15 +31,6 @@ module Tsubame
     # { "workers" => ..., "worker_status" => [...] } from the control app.
     def stats
       control("stats")
-    end
-
-    def control(action)
-      socket = UNIXSocket.new(@control_path)
-      socket.write("GET /#{action}?token=#{TOKEN} HTTP/1.1\r\nHost: ctl\r\n\r\n")
-      response = socket.read
-      JSON.parse(response.split("\r\n\r\n", 2).last)
-    ensure
-      socket&.close
     end
 
     # Waits until `count` workers of the current phase have booted; returns

@@ -2,9 +2,6 @@
 
 require "test_helper"
 require "etc"
-require "json"
-require "socket"
-require "tmpdir"
 
 # Which of the pool's threads run the requests (docs/ARCHITECTURE.md step
 # 5 and "Wake-ups are the expensive part"): of the sleeping threads, the
@@ -37,32 +34,16 @@ class WarmThreadTest < Minitest::Test
     }
   RUBY
 
-  TOKEN = "warm-thread-test"
-
   # with_server with five threads, yielded once all five wait for a job:
   # the pool's threads are started before the banner but reach the queue a
   # moment later, and one still on its way would take a job without being
   # woken (a burst would then run on two threads from its first request).
   def with_pool(rackup, args: [])
-    Dir.mktmpdir("tsubame-ctl") do |dir|
-      control = File.join(dir, "ctl.sock")
-      args = ["-t", "5:5", "--control-url", "unix://#{control}", "--control-token", TOKEN, *args]
-      with_server(rackup, args: args) do |s|
-        idle = wait_until { pool_capacity(control) == 5 }
-        assert idle, "the five threads wait for a job"
-        yield s
-      end
+    with_server(rackup, args: ["-t", "5:5", *args], control: true) do |s|
+      idle = wait_until { s.control("stats")["pool_capacity"] == 5 }
+      assert idle, "the five threads wait for a job"
+      yield s
     end
-  end
-
-  def pool_capacity(control)
-    socket = UNIXSocket.new(control)
-    socket.write("GET /stats?token=#{TOKEN} HTTP/1.1\r\nHost: ctl\r\nConnection: close\r\n\r\n")
-    JSON.parse(socket.read.split("\r\n\r\n", 2).last)["pool_capacity"]
-  rescue SystemCallError
-    nil # the control app is not up yet
-  ensure
-    socket&.close
   end
 
   # Sends `count` requests for `path` at once, each on its own connection,
