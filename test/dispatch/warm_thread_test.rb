@@ -38,8 +38,12 @@ class WarmThreadTest < Minitest::Test
   # the pool's threads are started before the banner but reach the queue a
   # moment later, and one still on its way would take a job without being
   # woken (a burst would then run on two threads from its first request).
+  # One request goes first: the first the process runs can wait off the CPU
+  # (code loaded on first use), and the watcher rightly wakes a second
+  # thread for the rest of a burst that starts with it.
   def with_pool(rackup, args: [])
     with_server(rackup, args: ["-t", "5:5", *args], control: true) do |s|
+      assert_equal "200", s.get("/").code
       idle = wait_until { s.control("stats")["pool_capacity"] == 5 }
       assert idle, "the five threads wait for a job"
       yield s
